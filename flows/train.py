@@ -1,0 +1,73 @@
+"""The training flow, top to bottom like the algorithm:
+
+    prepare_policy (base model, format warm-up) -> evaluate the start policy
+    for each iteration k:
+        generate_rollouts -> assign_rewards -> compute_advantages -> train_step
+        -> save_checkpoint -> (every k) evaluate
+    register the final checkpoint (alias `candidate`)
+
+Every stage is resumable: running the flow again on the same run directory skips finished
+stages and continues at the first unfinished one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from mars_core.config import Config, load_config
+from tasks.batching import compute_advantages
+from tasks.common import initial_policy
+from tasks.evaluate import evaluate
+from tasks.paths import checkpoint_dir, prepare_run_dir
+from tasks.postprocess import assign_rewards
+from tasks.rollout import generate_rollouts
+from tasks.tracking import ensure_run, register_model, set_terminated
+from tasks.train import prepare_policy, save_checkpoint, train_step
+
+
+@task(name="register_model", cache_policy=NO_CACHE)
+def register_final(run_dir: str, cfg: Config) -> int:
+    final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
+    return register_model(Path(run_dir), final, cfg.tracking.registered_model, "candidate")
+
+
+def summary_line(k: int, n: int, m: dict) -> str:
+    def g(key, fmt="{:.3f}"):
+        return fmt.format(m[key]) if key in m else "-"
+
+    return (f"iter {k + 1}/{n}: reward {g('reward/mean')}, invalid {g('rollout/invalid_action_rate')}, "
+            f"P0 win {g('rollout/seat0_win_rate')} draw {g('rollout/seat0_draw_rate')}, "
+            f"loss {g('train/loss', '{:.4f}')}, kl {g('train/kl', '{:.4f}')}, "
+            f"{g('rollout/tokens_per_s', '{:.0f}')} tok/s, "
+            f"rollout {g('time/generate_rollouts', '{:.0f}')}s train {g('time/train_step', '{:.0f}')}s")
+
+
+@flow(name="mars-train", log_prints=True)
+def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
+               runs_dir: str = "runs", overrides: list[str] | None = None) -> dict:
+    """Train (or resume) the run `runs_dir/run_name` with the preset `config`."""
+    cfg = load_config(config, overrides or [])
+    run_dir = str(Path(runs_dir) / (run_name or Path(config).stem))
+    prepare_run_dir(Path(run_dir), cfg)
+    run_id = ensure_run(Path(run_dir))
+    prepare_policy(run_dir)
+    every = cfg.evaluation.every
+    if every and cfg.evaluation.at_start:
+        evaluate(run_dir, "init", initial_policy(run_dir), 0)
+    last: dict = {}
+    n = cfg.run.iterations
+    for k in range(n):
+        last = {}
+        for stage in (generate_rollouts, assign_rewards, compute_advantages, train_step,
+                      save_checkpoint):
+            last.update(stage(run_dir, k))
+        if every and ((k + 1) % every == 0 or k + 1 == n):
+            last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))
+        print(summary_line(k, n, last))
+    version = register_final(run_dir, cfg)
+    set_terminated(Path(run_dir), run_id)
+    print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version {version} "
+          f"has the alias 'candidate'")
+    return {"run_dir": run_dir, "mlflow_run_id": run_id, "model_version": version, **last}

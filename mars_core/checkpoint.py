@@ -1,0 +1,49 @@
+"""Checkpoints: a loadable model folder (safetensors + tokenizer) plus the trainer state.
+
+`trainer_state.pt` holds the optimizer and scheduler state dicts, the RNG states and the
+iteration counter; it loads with `weights_only=True` (tensors and plain Python values only, no
+pickled objects).
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+TRAINER_STATE = "trainer_state.pt"
+
+
+def save_model(folder: Path, model, tokenizer) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def save_trainer_state(folder: Path, optimizer, scheduler, iteration: int) -> None:
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "iteration": iteration,
+        "rng_torch": torch.get_rng_state(),
+        "rng_python": list(random.getstate()[1]),
+        "rng_python_version": random.getstate()[0],
+        "rng_python_gauss": random.getstate()[2],
+    }
+    torch.save(state, Path(folder) / TRAINER_STATE)
+
+
+def load_trainer_state(folder: Path, optimizer, scheduler) -> int:
+    """Restore optimizer, scheduler and RNG states; return the iteration they belong to.
+    A folder without trainer state (a fresh model) leaves everything as it is: -1."""
+    path = Path(folder) / TRAINER_STATE
+    if not path.is_file():
+        return -1
+    state = torch.load(path, weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_torch"])
+    random.setstate((state["rng_python_version"], tuple(state["rng_python"]),
+                     state["rng_python_gauss"]))
+    return int(state["iteration"])

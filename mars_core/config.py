@@ -1,0 +1,234 @@
+"""One typed config object, grouped by stage. Unknown keys are errors that name the key.
+
+Presets live in `configs/*.yaml`; `load_config(path, overrides)` reads one and applies
+`key.sub=value` overrides (values parsed as YAML, so `rollout.temperature=0.8` is a float).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """A config problem, with a one-line message naming the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunConfig(_Section):
+    seed: int = 0
+    iterations: int = Field(2, ge=1)
+
+
+class ModelConfig(_Section):
+    path: str = "embedded"  # "embedded", a local model folder, or a hub id
+    bf16: Literal["auto", "on", "off"] = "auto"  # bf16 autocast (CPU: where it supports it)
+    max_context_tokens: int = Field(2048, ge=64)
+
+
+class RolloutConfig(_Section):
+    games: tuple[str, ...] = ("tic_tac_toe",)
+    episodes_per_iteration: int = Field(8, ge=1)
+    engine_batch_size: int = Field(32, ge=1)
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.99, gt=0, le=1)
+    top_k: int = Field(100, ge=0)
+    max_new_tokens: int = Field(64, ge=1)
+    prefill: Literal["answer", "think", "none"] = "answer"
+    keep_history: bool = True  # MARS keeps the whole conversation; False shows only the state
+
+
+    @model_validator(mode="after")
+    def _known_games(self):
+        from mars_core.games.openspiel_games import GAMES
+
+        for g in self.games:
+            if g not in GAMES:
+                raise ValueError(f"unknown game {g!r}; choose one of: {', '.join(sorted(GAMES))}")
+        if not self.games:
+            raise ValueError("rollout.games is empty")
+        return self
+
+
+class RewardsConfig(_Section):
+    valid_action: float = 0.05
+    invalid_action: float = -10.0
+    draw: float = 0.1
+    length_alpha: float = 0.5
+    length_min: int = 11
+    length_max: int = 2048
+    game_scale: dict[str, float] = Field(default_factory=dict)  # e.g. {tic_tac_toe: 2.0}
+
+    @model_validator(mode="after")
+    def _lengths(self):
+        if self.length_max <= self.length_min:
+            raise ValueError("rewards.length_max must be greater than rewards.length_min")
+        return self
+
+
+class AlgorithmConfig(_Section):
+    estimator: str = "mars"
+    group_keys: tuple[str, ...] = ("game", "role")
+    normalize_std: bool = False
+    clip_eps: float = Field(0.2, gt=0)
+    dual_clip: float | None = 1.4
+    kl_coef: float = Field(0.2, ge=0)
+
+    @model_validator(mode="after")
+    def _known_estimator(self):
+        from mars_core.advantages import ESTIMATORS
+
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown advantage estimator {self.estimator!r}; choose one of: "
+                             + ", ".join(ESTIMATORS))
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
+        return self
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.05
+    warmup_steps: int = Field(10, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)
+    minibatches: int = Field(1, ge=1)  # optimizer steps per iteration (one PPO epoch)
+
+
+class WarmupConfig(_Section):
+    """Supervised format warm-up on synthetic `<answer>{random legal action}</answer>` replies."""
+
+    steps: int = Field(0, ge=0)  # 0 disables it
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(3e-5, gt=0)
+    probe_games: int = Field(8, ge=0)  # self-play games to measure the invalid rate before/after
+
+
+class EvaluationConfig(_Section):
+    every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
+    at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
+    opponent: str = "bot:mcts-10"
+    games_per_seat: int = Field(8, ge=1)
+    temperature: float = Field(0.6, ge=0)
+
+    @model_validator(mode="after")
+    def _known_opponent(self):
+        from mars_core.games.bots import check_bot_spec
+
+        check_bot_spec(self.opponent)
+        return self
+
+
+class TrackingConfig(_Section):
+    experiment: str = "mars"
+    registered_model: str = "mars-policy"
+    sample_episodes: int = Field(16, ge=0)
+    transcripts: int = Field(3, ge=0)
+
+
+class CheckpointConfig(_Section):
+    keep_last: int = Field(2, ge=1)
+
+
+class Config(_Section):
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    rewards: RewardsConfig = RewardsConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    optim: OptimConfig = OptimConfig()
+    warmup: WarmupConfig = WarmupConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+    def flat(self) -> dict[str, Any]:
+        """`{"rollout.temperature": 0.6, ...}`: the config as MLflow params."""
+        return _flatten(self.model_dump(mode="json"))
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and key != "rewards.game_scale":
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {p!r} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict:
+    tree: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        _set(tree, key.strip(), value)
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def config_from_dict(data: dict) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown config key {where!r}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"bad config value for {where!r}: {msg}") from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML preset (or the defaults when `path` is None) and apply overrides."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p} must hold a mapping of sections")
+    return config_from_dict(_merge(data, parse_overrides(overrides)))
+
+
+def config_diff(a: Config, b: Config) -> list[str]:
+    """Dotted keys whose values differ between two configs."""
+    fa, fb = a.flat(), b.flat()
+    return sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,210 @@
+"""An in-process transformers engine: batched sampling with a hand-written KV-cache loop.
+
+Written by hand rather than with `model.generate` because the trainer needs, for every sampled
+token, the log-prob under exactly the distribution it recomputes, and because the rollout loop
+needs per-sequence stop strings, context-overflow handling and reproducible seeds.
+
+Log-probs: `logprobs[i]` is log softmax(logits / temperature)[token_i] over the FULL vocabulary,
+before top-k/top-p truncation (temperature 0: the untempered softmax). The trainer recomputes
+exactly this from one forward pass over prompt + completion, so old and new log-probs match.
+
+Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed, its index in
+the call), and draws one uniform per token. So a completion depends on its prompt, the seed and
+its index only, not on batch size or the other prompts; identical prompts at different indices
+(a GRPO group) get different samples.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+
+from mars_core.types import Completion, SamplingParams
+
+_SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, index) pairs apart
+
+
+class HFEngine:
+    """Batched sampler over a Hugging Face causal LM (see the module docstring)."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 32, autocast_bf16: bool = False):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.batch_size = max(1, int(batch_size))
+        self.autocast_bf16 = autocast_bf16
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
+                      "seconds": 0.0}
+
+    @classmethod
+    def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
+                  autocast_bf16: bool = False) -> "HFEngine":
+        """Load model and tokenizer from a folder or hub id (see `mars_core.models`)."""
+        from mars_core.models import load_model, load_tokenizer
+
+        return cls(load_model(path, dtype=dtype), load_tokenizer(path), batch_size, autocast_bf16)
+
+    def tokens_per_second(self) -> float:
+        """Generated tokens per wall-clock second over all calls so far."""
+        return self.stats["generated_tokens"] / max(self.stats["seconds"], 1e-9)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in input order. Prompts that leave no room for a single
+        new token get an empty completion with finish_reason "context_overflow"."""
+        started = time.perf_counter()
+        out: list[Completion | None] = [None] * len(prompts)
+        runnable = []
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} is empty")
+            if len(prompt) >= self.max_positions:
+                out[i] = Completion((), (), "", "context_overflow")
+            else:
+                runnable.append(i)
+        runnable.sort(key=lambda i: len(prompts[i]))  # similar lengths: less padding
+        for start in range(0, len(runnable), self.batch_size):
+            idx = runnable[start:start + self.batch_size]
+            done = self._generate_batch([list(prompts[i]) for i in idx], idx, params)
+            for i, completion in zip(idx, done):
+                out[i] = completion
+        self.stats["calls"] += 1
+        self.stats["prompts"] += len(prompts)
+        self.stats["prompt_tokens"] += sum(len(prompts[i]) for i in runnable)
+        self.stats["seconds"] += time.perf_counter() - started
+        return out  # type: ignore[return-value]
+
+    def _generate_batch(self, prompts, indices, params) -> list[Completion]:
+        """Prefill the left-padded batch, then decode one token at a time with the KV cache.
+        Finished rows are dropped from the batch (and cache) so they cost no more compute."""
+        n = len(prompts)
+        seqs = [_Sequence(self, p, params, _generator(params.seed, i))
+                for p, i in zip(prompts, indices)]
+        if params.max_new_tokens <= 0:
+            return [s.result() for s in seqs]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        active = list(range(n))  # rows of `seqs` still in the batch, in cache order
+        cache = None
+        with torch.inference_mode(), self._autocast():
+            while active:
+                logits, cache = self._forward(ids, mask, positions, cache)
+                tokens = [seqs[r].step(logits[k]) for k, r in enumerate(active)]
+                keep = [k for k, r in enumerate(active) if not seqs[r].finished]
+                if not keep:
+                    break
+                if len(keep) < len(active):
+                    sel = torch.tensor(keep, dtype=torch.long)
+                    cache.batch_select_indices(sel)
+                    mask, positions = mask[sel], positions[sel]
+                    tokens = [tokens[k] for k in keep]
+                    active = [active[k] for k in keep]
+                ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
+                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+                positions = positions[:, -1:] + 1
+        self.stats["generated_tokens"] += sum(len(s.tokens) for s in seqs)
+        return [s.result() for s in seqs]
+
+    def _forward(self, ids, mask, positions, cache):
+        """Logits of the last position only (`logits_to_keep=1`: no full-vocab prompt logits)."""
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float(), out.past_key_values
+
+    def _autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast_bf16 else nullcontext()
+
+
+class _Sequence:
+    """One row's sampling state: its generator, sampled tokens, log-probs and stop logic."""
+
+    def __init__(self, engine: HFEngine, prompt, params: SamplingParams, gen: torch.Generator):
+        self.engine, self.params, self.gen = engine, params, gen
+        self.budget = min(params.max_new_tokens, engine.max_positions - len(prompt))
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.text: str | None = None
+        self.reason = ""
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.reason)
+
+    def step(self, logits: torch.Tensor) -> int:
+        """Sample one token from this row's logits and update the stop state."""
+        token, logprob = sample_token(logits, self.params, self.gen)
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        if token in self.engine.eos_ids:
+            self.reason = "stop"
+        elif self.params.stop and self._hit_stop_string():
+            self.reason = "stop"
+        elif len(self.tokens) >= self.budget:
+            self.reason = "length"
+        return token
+
+    def _hit_stop_string(self) -> bool:
+        """Cut the text right after the earliest-ending stop string, if one appeared."""
+        text = self.engine.tokenizer.decode(self.tokens, skip_special_tokens=False)
+        ends = [text.find(s) + len(s) for s in self.params.stop if s and s in text]
+        if not ends:
+            return False
+        self.text = text[:min(ends)]
+        return True
+
+    def result(self) -> Completion:
+        if self.text is None:
+            body = self.tokens[:-1] if self.tokens and self.tokens[-1] in self.engine.eos_ids \
+                else self.tokens
+            self.text = self.engine.tokenizer.decode(body, skip_special_tokens=False)
+        return Completion(tuple(self.tokens), tuple(self.logprobs), self.text,
+                          self.reason or "length")
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
+    """Sample from one row of logits: temperature, then top-k, then top-p (nucleus).
+
+    Returns (token, log-prob under the untruncated tempered softmax). One uniform draw per
+    token (inverse CDF), so the generator advances identically whatever the filters keep."""
+    if params.temperature <= 0:
+        token = int(torch.argmax(logits))
+        return token, float(torch.log_softmax(logits, -1)[token])
+    scaled = logits / params.temperature
+    k = params.top_k if 0 < params.top_k < scaled.numel() else scaled.numel()
+    values, order = torch.topk(scaled, k)  # sorted, descending
+    probs = torch.softmax(values, -1)
+    if params.top_p < 1.0:
+        keep = probs.cumsum(-1) - probs < params.top_p  # mass of more likely tokens < top_p
+        keep[0] = True  # the most likely token always survives, even for top_p <= 0
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+    cdf = probs.cumsum(-1)
+    u = torch.rand((1,), generator=gen, dtype=cdf.dtype) * cdf[-1]
+    pick = min(int(torch.searchsorted(cdf, u, right=True)), k - 1)
+    token = int(order[pick])
+    return token, float(torch.log_softmax(scaled, -1)[token])
+
+
+def _generator(seed: int, index: int) -> torch.Generator:
+    """A generator for prompt `index` of a call with `seed` (independent of batching)."""
+    mixed = (int(seed) * _SEED_MIX + int(index) * 0x632BE59BD9B4E019 + 1) % (1 << 63)
+    return torch.Generator().manual_seed(mixed)
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    """End-of-sequence ids: the tokenizer's plus those of the model's generation config."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    cfg = getattr(model, "generation_config", None)
+    extra = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+    if extra is not None:
+        ids.update(int(e) for e in (extra if isinstance(extra, (list, tuple)) else [extra]))
+    return frozenset(ids)

@@ -1,0 +1,224 @@
+"""Batched self-play: many games at once, every pending model turn in one engine call.
+
+`play_episodes` is the only game loop in the project: training rollouts, evaluation against
+bots and the synthetic warm-up data all go through it. Seats are agents: "policy" (sampled from
+the engine) or a bot spec. A model reply can never crash a game: whatever its shape, it is
+parsed strictly and an invalid reply ends the episode with a typed error.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from tqdm.auto import tqdm
+
+from mars_core.engines.base import Engine
+from mars_core.games import base as gb
+from mars_core.games.bots import is_bot, make_bot
+from mars_core.games.openspiel_games import make_game
+from mars_core.types import Completion, Episode, SamplingParams, Turn
+
+PREFILLS = {"answer": "<answer>", "think": "<think>\n", "none": ""}
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    episode_id: str
+    game: str
+    seed: int
+    agents: tuple[str, ...]  # one per seat: "policy" or a bot spec
+
+
+class PromptBuilder:
+    """Chat-templated prompt ids for a seat's conversation, plus the assistant prefill
+    (`<answer>` for models that don't think, `<think>\\n` for thinking models)."""
+
+    def __init__(self, tokenizer, prefill: str = "answer", keep_history: bool = True,
+                 max_context_tokens: int = 2048) -> None:
+        self.tokenizer = tokenizer
+        self.prefill = PREFILLS[prefill]
+        self.keep_history = keep_history
+        self.max_context_tokens = max_context_tokens
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+        return self.tokenizer.encode(text + self.prefill, add_special_tokens=False)
+
+
+@dataclass
+class _Live:
+    """One game in progress (mutable while it is played)."""
+
+    spec: EpisodeSpec
+    adapter: gb.GameAdapter
+    state: object
+    bots: dict[int, object]
+    messages: list[list[dict]]
+    moves_since: list[list[tuple[int, str]]]
+    turns: list[dict] = field(default_factory=list)
+    last_turn_of: dict[int, int] = field(default_factory=dict)
+    unclaimed: list[float] = field(default_factory=list)
+    error_player: int = -1
+    error: str = ""
+
+
+def _start(spec: EpisodeSpec) -> _Live:
+    adapter = make_game(spec.game)
+    if len(spec.agents) != adapter.num_players:
+        raise ValueError(f"{spec.game} needs {adapter.num_players} agents, got {len(spec.agents)}")
+    bots = {p: make_bot(a, adapter, spec.seed * 1000 + p) for p, a in enumerate(spec.agents)
+            if is_bot(a)}
+    n = adapter.num_players
+    return _Live(spec, adapter, adapter.new_state(spec.seed), bots,
+                 messages=[[{"role": "system", "content": adapter.rules(p)}] for p in range(n)],
+                 moves_since=[[] for _ in range(n)], unclaimed=[0.0] * n)
+
+
+def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
+    """Open the next turn: the observation for the seat to move and its prompt ids."""
+    p = g.adapter.current_player(g.state)
+    obs = g.adapter.observation(g.state, p, g.moves_since[p])
+    g.moves_since[p] = []
+    user = {"role": "user", "content": obs}
+    if prompts is not None and prompts.keep_history:
+        g.messages[p].append(user)
+        convo = g.messages[p]
+    else:
+        convo = [g.messages[p][0], user]
+    ids = prompts.prompt_ids(convo) if prompts is not None else []
+    return {"player": p, "observation": obs, "prompt_ids": ids, "legal": g.adapter.legal_actions(g.state)}
+
+
+def _record(g: _Live, t: dict, reply: str, action: str | None, error: str,
+            completion: Completion | None, prompts: PromptBuilder | None) -> None:
+    p = t["player"]
+    turn = {
+        "episode_id": g.spec.episode_id, "game": g.spec.game, "turn": len(g.turns),
+        "player": p, "role": g.adapter.role(p), "agent": g.spec.agents[p],
+        "observation": t["observation"], "prompt_ids": tuple(t["prompt_ids"]),
+        "completion_ids": tuple(completion.token_ids) if completion else (),
+        "logprobs": tuple(completion.logprobs) if completion else (),
+        "reply": reply, "action": action or "", "valid": not error, "error": error,
+        "game_reward": g.unclaimed[p],
+    }
+    g.unclaimed[p] = 0.0
+    g.last_turn_of[p] = len(g.turns)
+    g.turns.append(turn)
+    if prompts is not None and prompts.keep_history:
+        g.messages[p].append({"role": "assistant", "content": reply})
+    if error:
+        g.error_player, g.error = p, error
+        return
+    for q in range(g.adapter.num_players):
+        if q != p:
+            g.moves_since[q].append((p, action))
+    rewards = g.adapter.apply(g.state, t["legal"][action])
+    for q, r in enumerate(rewards):
+        _credit(g, q, r)
+
+
+def _credit(g: _Live, player: int, reward: float) -> None:
+    """A reward goes to the player's own most recent turn (or waits for its first turn)."""
+    if player in g.last_turn_of:
+        g.turns[g.last_turn_of[player]]["game_reward"] += reward
+    else:
+        g.unclaimed[player] += reward
+
+
+def _judge(reply: str, completion: Completion, legal: dict[str, int]) -> tuple[str | None, str]:
+    if completion.finish_reason == "context_overflow":
+        return None, gb.CONTEXT_OVERFLOW
+    if completion.finish_reason == "length":
+        return None, gb.TRUNCATED
+    parsed = gb.parse_reply(reply, set(legal))
+    return parsed.action, parsed.error
+
+
+def _finish(g: _Live) -> Episode:
+    a, n = g.adapter, g.adapter.num_players
+    if g.error:
+        returns = a.returns(g.state)
+        forfeit = a.forfeit_return(g.state, g.error_player)
+        g.turns[g.last_turn_of[g.error_player]]["game_reward"] += forfeit - returns[g.error_player]
+        returns[g.error_player] = forfeit
+        outcomes = tuple("invalid" if p == g.error_player else "other_invalid" for p in range(n))
+    else:
+        returns = a.returns(g.state)
+        outcomes = tuple(a.outcome(returns, p) for p in range(n))
+    turns = tuple(Turn(**t) for t in g.turns)
+    return Episode(g.spec.episode_id, g.spec.game, g.spec.seed, g.spec.agents,
+                   tuple(float(r) for r in returns), outcomes, g.error_player, g.error, turns)
+
+
+def _advance_bots(g: _Live, prompts: PromptBuilder | None, record_bot_prompts: bool) -> dict | None:
+    """Play bot turns until a policy seat must move; return that turn, or None when over."""
+    while not g.error and not g.adapter.is_terminal(g.state):
+        p = g.adapter.current_player(g.state)
+        t = _observe(g, prompts if (record_bot_prompts or not is_bot(g.spec.agents[p])) else None)
+        if not is_bot(g.spec.agents[p]):
+            return t
+        action_id = g.bots[p].act(g.adapter, g.state)
+        action = next(s for s, i in t["legal"].items() if i == action_id)
+        reply = gb.format_answer(action)
+        _record(g, t, reply, action, "", None, prompts if record_bot_prompts else None)
+    return None
+
+
+@dataclass
+class RolloutStats:
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    engine_calls: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
+
+
+def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: PromptBuilder | None,
+                  sampling: SamplingParams, *, record_bot_prompts: bool = False,
+                  progress: bool = True, stats: RolloutStats | None = None) -> list[Episode]:
+    """Play every spec to the end, concurrently; returns the episodes in spec order."""
+    live = [_start(s) for s in specs]
+    done: dict[int, Episode] = {}
+    stats = stats if stats is not None else RolloutStats()
+    bar = tqdm(total=len(specs), desc="rollout", unit="game", disable=not progress, leave=False)
+    while len(done) < len(live):
+        pending = []
+        for i, g in enumerate(live):
+            if i in done:
+                continue
+            t = _advance_bots(g, prompts, record_bot_prompts)
+            if t is None:
+                done[i] = _finish(g)
+                bar.update(1)
+            else:
+                pending.append((g, t))
+        if not pending:
+            break
+        completions = _generate(engine, prompts, sampling, [t for _, t in pending], stats)
+        for (g, t), c in zip(pending, completions):
+            reply = prompts.prefill + c.text
+            action, error = _judge(reply, c, t["legal"])
+            _record(g, t, reply, action, error, c, prompts)
+    bar.close()
+    return [done[i] for i in range(len(live))]
+
+
+def _generate(engine: Engine, prompts: PromptBuilder, sampling: SamplingParams,
+              turns: list[dict], stats: RolloutStats) -> list[Completion]:
+    """One batched engine call; prompts that leave no room for a reply are overflows."""
+    room = prompts.max_context_tokens - sampling.max_new_tokens
+    fits = [i for i, t in enumerate(turns) if len(t["prompt_ids"]) <= room]
+    out = [Completion((), (), "", "context_overflow")] * len(turns)
+    if fits:
+        params = replace(sampling, seed=sampling.seed * 100_003 + stats.engine_calls)
+        start = time.perf_counter()
+        got = engine.generate([list(turns[i]["prompt_ids"]) for i in fits], params)
+        stats.generate_seconds += time.perf_counter() - start
+        stats.generated_tokens += sum(len(c.token_ids) for c in got)
+        for i, c in zip(fits, got):
+            out[i] = c
+    stats.engine_calls += 1
+    return out

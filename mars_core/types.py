@@ -1,0 +1,119 @@
+"""The data model: frozen records that every stage reads and writes.
+
+An `Episode` is one game; it holds `Turn`s, one per move of any seat. Roles are an explicit
+field (never parsed out of an id). Episodes are stored as Parquet with polars, one row per turn
+(`turns_frame`), so a stage's output can be inspected with one line of code.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How an engine samples one completion per prompt."""
+
+    temperature: float = 0.6
+    top_p: float = 0.99
+    top_k: int = 100
+    max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled reply: its token ids, the log-prob of each sampled token under the sampling
+    distribution, the decoded text and why sampling stopped ("stop": end of sequence or a stop
+    string, "length": cut off at max_new_tokens)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One move of one seat. `prompt_ids`/`completion_ids`/`logprobs` are empty for bot turns.
+    `reward` is the total per-turn reward after `assign_rewards`; the parts stay visible in
+    `game_reward`, `format_reward` and `length_reward`."""
+
+    episode_id: str
+    game: str
+    turn: int  # index of the move in the episode (all seats)
+    player: int  # seat, 0 moves first
+    role: str  # explicit role used as the advantage grouping key, e.g. "player_0"
+    agent: str  # "policy" or a bot spec such as "bot:mcts-10"
+    observation: str
+    prompt_ids: tuple[int, ...] = ()
+    completion_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    reply: str = ""
+    action: str = ""  # the parsed action string ("" when invalid)
+    valid: bool = True
+    error: str = ""  # "", "parse_error", "illegal_action", "truncated", "context_overflow"
+    game_reward: float = 0.0
+    format_reward: float = 0.0
+    length_reward: float = 0.0
+    reward: float = 0.0
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One finished game. `returns[p]` is seat p's game return as OpenSpiel reports it (plus the
+    invalid-action loss where a seat broke the rules); `outcomes[p]` is win/draw/loss/invalid/
+    other_invalid."""
+
+    episode_id: str
+    game: str
+    seed: int
+    agents: tuple[str, ...]
+    returns: tuple[float, ...]
+    outcomes: tuple[str, ...]
+    error_player: int = -1  # the seat whose invalid reply ended the game, -1 if none
+    error: str = ""
+    turns: tuple[Turn, ...] = field(default=())
+
+
+TURN_SCHEMA = {
+    "episode_id": pl.Utf8, "game": pl.Utf8, "turn": pl.Int64, "player": pl.Int64,
+    "role": pl.Utf8, "agent": pl.Utf8, "observation": pl.Utf8,
+    "prompt_ids": pl.List(pl.Int64), "completion_ids": pl.List(pl.Int64),
+    "logprobs": pl.List(pl.Float64), "reply": pl.Utf8, "action": pl.Utf8,
+    "valid": pl.Boolean, "error": pl.Utf8, "game_reward": pl.Float64,
+    "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,
+}
+
+EPISODE_SCHEMA = {
+    "episode_id": pl.Utf8, "game": pl.Utf8, "seed": pl.Int64, "agents": pl.List(pl.Utf8),
+    "returns": pl.List(pl.Float64), "outcomes": pl.List(pl.Utf8),
+    "error_player": pl.Int64, "error": pl.Utf8,
+}
+
+
+def turns_frame(episodes: list[Episode]) -> pl.DataFrame:
+    """One row per turn of every episode, with the columns of `TURN_SCHEMA`."""
+    rows = [asdict(t) for ep in episodes for t in ep.turns]
+    return pl.DataFrame(rows, schema=TURN_SCHEMA)
+
+
+def episodes_frame(episodes: list[Episode]) -> pl.DataFrame:
+    """One row per episode (turns excluded), with the columns of `EPISODE_SCHEMA`."""
+    rows = [{k: v for k, v in asdict(ep).items() if k != "turns"} for ep in episodes]
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+
+
+def episodes_from_frames(episodes: pl.DataFrame, turns: pl.DataFrame) -> list[Episode]:
+    """Inverse of `episodes_frame` + `turns_frame`."""
+    by_episode: dict[str, list[Turn]] = {}
+    for row in turns.iter_rows(named=True):
+        row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+        by_episode.setdefault(row["episode_id"], []).append(Turn(**row))
+    out = []
+    for row in episodes.iter_rows(named=True):
+        row = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+        out.append(Episode(**row, turns=tuple(by_episode.get(row["episode_id"], []))))
+    return out

@@ -1,0 +1,74 @@
+"""What every task shares: the resumable stage runner and the run's policy/engine builders."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from mars_core.config import Config
+from mars_core.rollout import PromptBuilder
+from mars_core.stages import is_done, read_json, stage_output, write_json
+from mars_core.trainer import bf16_supported
+from mars_core.types import SamplingParams
+from tasks.paths import checkpoint_dir, stage_dir
+from tasks.tracking import log_metrics_once
+
+METRICS = "metrics.json"
+
+
+def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], dict],
+              step: int | None) -> dict:
+    """Run `body(out_dir) -> metrics` unless the stage already finished, then log its metrics
+    (with `time/<stage>`) at `step` exactly once. Returns the metrics."""
+    final = stage_dir(run_dir, k, stage)
+    if not is_done(final):
+        start = time.perf_counter()
+        with stage_output(final) as out:
+            metrics = body(out)
+            metrics[f"time/{stage}"] = time.perf_counter() - start
+            write_json(out / METRICS, metrics)
+    metrics = read_json(final / METRICS)
+    if step is not None:
+        log_metrics_once(run_dir, metrics, step)
+    return metrics
+
+
+def use_bf16(cfg: Config) -> bool:
+    return cfg.model.bf16 == "on" or (cfg.model.bf16 == "auto" and bf16_supported())
+
+
+def initial_policy(run_dir: Path) -> str:
+    """The policy RL starts from (the warmed-up model where there is a warm-up)."""
+    return read_json(stage_dir(run_dir, "init", "prepare_policy") / "policy.json")["path"]
+
+
+def policy_at(run_dir: Path, k: int) -> str:
+    """The policy that plays iteration k: the start policy, or the checkpoint of k-1."""
+    return initial_policy(run_dir) if k == 0 else str(checkpoint_dir(run_dir, k - 1))
+
+
+def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
+    return PromptBuilder(tokenizer, cfg.rollout.prefill, cfg.rollout.keep_history,
+                         cfg.model.max_context_tokens)
+
+
+def sampling(cfg: Config, seed: int, temperature: float | None = None) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(temperature=r.temperature if temperature is None else temperature,
+                          top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens,
+                          stop=("</answer>",), seed=seed)
+
+
+def make_engine(cfg: Config, path: str):
+    from mars_core.engines.hf import HFEngine
+
+    return HFEngine.from_path(path, batch_size=cfg.rollout.engine_batch_size,
+                              autocast_bf16=use_bf16(cfg))
+
+
+def derive_seed(cfg: Config, *parts: int) -> int:
+    """A reproducible seed for one stage of one iteration."""
+    seed = cfg.run.seed
+    for p in parts:
+        seed = (seed * 1_000_003 + p) % (2**31 - 1)
+    return seed

@@ -1,0 +1,140 @@
+"""Tasks: the starting policy (with the optional format warm-up), the PPO update, checkpoints."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import polars as pl
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mars_core.checkpoint import TRAINER_STATE, load_trainer_state, save_model, save_trainer_state
+from mars_core.models import load_model, load_tokenizer, resolve_model
+from mars_core.reports import rollout_metrics
+from mars_core.rollout import play_episodes
+from mars_core.stages import MARKER, write_json
+from mars_core.trainer import Sample, make_optimizer, ppo_update, sft_steps
+from tasks.batching import STAGE as BATCH
+from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
+                          run_stage, sampling, use_bf16)
+from tasks.paths import checkpoint_dir, read_config, stage_dir
+from tasks.rollout import self_play_specs
+
+HEAVY = (".safetensors", TRAINER_STATE)
+
+
+def _is_heavy(name: str) -> bool:
+    return name.endswith(HEAVY[0]) or name == HEAVY[1]
+
+
+def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
+    """Invalid-action rate of the policy over a few self-play games (1.0 = never valid)."""
+    specs = self_play_specs(cfg.rollout.games, n_games, -1, seed)
+    eps = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer), sampling(cfg, seed),
+                        progress=False)
+    return rollout_metrics(eps).get("invalid_action_rate", 1.0)
+
+
+def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Positions from random games with the prompts the policy would see, each answered by a
+    random legal action: `<answer>{action}</answer>` (minus the prefill) and end of turn."""
+    specs = [s.__class__(s.episode_id, s.game, s.seed, ("bot:random",) * 2)
+             for s in self_play_specs(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed)]
+    prompts = prompt_builder(cfg, tokenizer)
+    episodes = play_episodes(specs, None, prompts, sampling(cfg, seed), record_bot_prompts=True,
+                             progress=False)
+    examples = []
+    for t in (t for ep in episodes for t in ep.turns):
+        target = t.reply[len(prompts.prefill):] if t.reply.startswith(prompts.prefill) else t.reply
+        ids = tokenizer.encode(target, add_special_tokens=False) + [tokenizer.eos_token_id]
+        examples.append((list(t.prompt_ids), ids))
+    return examples
+
+
+@task(name="prepare_policy", cache_policy=NO_CACHE)
+def prepare_policy(run_dir: str) -> dict:
+    """Resolve the base model (converting the embedded GGUF once) and run the warm-up."""
+    cfg = read_config(Path(run_dir))
+    final = stage_dir(run_dir, "init", "prepare_policy")
+
+    def body(out: Path) -> dict:
+        base = str(resolve_model(cfg.model.path))
+        w = cfg.warmup
+        if w.steps == 0:
+            write_json(out / "policy.json", {"path": base, "base": base})
+            return {}
+        seed = derive_seed(cfg, 0, 9)
+        bf16 = use_bf16(cfg)
+        engine = make_engine(cfg, base)
+        model, tok = engine.model, engine.tokenizer
+        metrics = {}
+        if w.probe_games:
+            metrics["warmup/invalid_rate_before"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed)
+        examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
+        losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
+                           pad_id=tok.pad_token_id, seed=seed, bf16=bf16)
+        if w.probe_games:
+            metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
+        save_model(out / "model", model, tok)
+        write_json(out / "policy.json", {"path": str((final / "model").resolve()), "base": base})
+        return {**metrics, "warmup/loss_first": losses[0], "warmup/loss_last": losses[-1],
+                "warmup/examples": float(len(examples))}
+
+    return run_stage(run_dir, "init", "prepare_policy", body, step=0)
+
+
+@task(name="train_step", cache_policy=NO_CACHE)
+def train_step(run_dir: str, k: int) -> dict:
+    """One PPO epoch on iteration k's batch, from the policy (and optimizer state) of k-1."""
+    cfg = read_config(Path(run_dir))
+
+    def body(out: Path) -> dict:
+        path = policy_at(run_dir, k)
+        model, tok = load_model(path), load_tokenizer(path)
+        ref = load_model(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None
+        opt, sched = make_optimizer(model, cfg.optim, cfg.run.iterations * cfg.optim.minibatches)
+        load_trainer_state(path, opt, sched)
+        frame = pl.read_parquet(stage_dir(run_dir, k, BATCH) / "samples.parquet")
+        samples = [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"])
+                   for r in frame.iter_rows(named=True)]
+        metrics = {}
+        if samples:
+            metrics = ppo_update(model, ref, opt, sched, samples, cfg.algorithm, cfg.optim,
+                                 temperature=cfg.rollout.temperature, pad_id=tok.pad_token_id,
+                                 seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg))
+        save_model(out, model, tok)
+        save_trainer_state(out, opt, sched, k)
+        return {f"train/{key}": v for key, v in metrics.items()}
+
+    return run_stage(run_dir, k, "train_step", body, step=k)
+
+
+@task(name="save_checkpoint", cache_policy=NO_CACHE)
+def save_checkpoint(run_dir: str, k: int) -> dict:
+    """Publish iteration k's weights and trainer state as `iter_k/save_checkpoint/` (hard links,
+    no copy) and prune the weights of checkpoints older than `checkpoint.keep_last`."""
+    cfg = read_config(Path(run_dir))
+    src = stage_dir(run_dir, k, "train_step")
+
+    def body(out: Path) -> dict:
+        size = 0
+        for f in src.iterdir():
+            if f.name not in (MARKER, "metrics.json"):
+                os.link(f, out / f.name)
+                size += f.stat().st_size
+        write_json(out / "checkpoint.json", {"iteration": k, "source": str(src)})
+        return {"checkpoint/size_mb": size / 2**20}
+
+    metrics = run_stage(run_dir, k, "save_checkpoint", body, step=k)
+    _drop_heavy(src)  # the published checkpoint holds the only link it still needs
+    for j in range(0, k - cfg.checkpoint.keep_last + 1):
+        _drop_heavy(checkpoint_dir(run_dir, j))
+    return metrics
+
+
+def _drop_heavy(folder: Path) -> None:
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if _is_heavy(f.name):
+                f.unlink()

@@ -1,0 +1,61 @@
+"""Test-wide set-up: offline, quiet, a temporary PREFECT_HOME, one Prefect test harness."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+               "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
+    os.environ[_k] = _v
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="mars-prefect-home-")
+os.environ.pop("PREFECT_API_URL", None)
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def embedded_dir(tmp_path_factory) -> Path:
+    """The embedded model converted once per test session (in a temporary cache)."""
+    from mars_core.models import resolve_model
+
+    return Path(resolve_model("embedded", cache_dir=tmp_path_factory.mktemp("mars-cache")))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(embedded_dir):
+    from mars_core.models import load_tokenizer
+
+    return load_tokenizer(embedded_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, embedded_dir, tokenizer) -> Path:
+    """A tiny randomly initialised Llama with the embedded tokenizer: fast, for flow tests."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      tie_word_embeddings=True)
+    out = tmp_path_factory.mktemp("tiny-model")
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect test server for the session; yields its API URL (for subprocesses too)."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()

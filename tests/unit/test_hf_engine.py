@@ -1,0 +1,185 @@
+"""HFEngine: reproducible sampling, exact log-probs, padding-safe batching and stop handling.
+
+A tiny random Llama keeps the tests fast; the tokenizer is the real embedded SmolLM2 one, so
+stop strings and EOS behave as in the pipeline.
+"""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from mars_core.engines.hf import HFEngine  # noqa: E402
+from mars_core.models import load_tokenizer, resolve_model  # noqa: E402
+from mars_core.types import SamplingParams  # noqa: E402
+
+MAX_POS = 128
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    # shared by all test modules of the session, so the GGUF is converted once
+    folder = resolve_model("embedded", cache_dir=tmp_path_factory.getbasetemp() / "mars-cache")
+    return load_tokenizer(folder)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POS,
+        initializer_range=0.1, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def engine(model, tokenizer):
+    return HFEngine(model, tokenizer, batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    texts = ["Hello", "Play tic-tac-toe. Your move:", "One two three four five six seven "
+             "eight nine ten eleven twelve thirteen fourteen", "<answer>"]
+    return [tokenizer.encode(t) for t in texts]
+
+
+def sampled(**kw) -> SamplingParams:
+    base = dict(temperature=0.8, top_p=0.9, top_k=50, max_new_tokens=12, seed=1)
+    return SamplingParams(**{**base, **kw})
+
+
+def greedy(**kw) -> SamplingParams:
+    return sampled(temperature=0.0, **kw)
+
+
+def test_same_seed_reproduces_and_other_seed_differs(engine, prompts):
+    a = engine.generate(prompts, sampled(seed=7))
+    b = engine.generate(prompts, sampled(seed=7))
+    c = engine.generate(prompts, sampled(seed=8))
+    assert a == b
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+
+
+def test_identical_prompts_in_one_call_get_different_samples(engine, prompts):
+    out = engine.generate([prompts[1]] * 4, sampled(temperature=1.0, top_k=0, top_p=1.0))
+    assert len({x.token_ids for x in out}) > 1
+
+
+def test_sampling_does_not_depend_on_batching(model, tokenizer, prompts):
+    params = sampled(temperature=1.0)
+    batched = HFEngine(model, tokenizer, batch_size=8).generate(prompts, params)
+    single = HFEngine(model, tokenizer, batch_size=1).generate(prompts, params)
+    assert [x.token_ids for x in batched] == [x.token_ids for x in single]
+
+
+def full_forward_logprobs(model, prompt, completion, temperature):
+    ids = torch.tensor([list(prompt) + list(completion)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+    logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, -1)
+    return logp.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3, 0.0])
+def test_logprobs_match_a_fresh_full_forward(engine, model, prompts, temperature):
+    out = engine.generate(prompts, sampled(temperature=temperature, max_new_tokens=16))
+    for prompt, c in zip(prompts, out):
+        assert len(c.logprobs) == len(c.token_ids) > 0
+        ref = full_forward_logprobs(model, prompt, c.token_ids, temperature)
+        torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_batched_greedy_equals_one_at_a_time(model, tokenizer, prompts):
+    params = greedy(max_new_tokens=20)
+    batched = HFEngine(model, tokenizer, batch_size=8).generate(prompts, params)
+    for prompt, b in zip(prompts, batched):
+        alone = HFEngine(model, tokenizer, batch_size=1).generate([prompt], params)[0]
+        assert alone.token_ids == b.token_ids
+        assert alone.text == b.text
+        torch.testing.assert_close(torch.tensor(alone.logprobs), torch.tensor(b.logprobs),
+                                   atol=1e-4, rtol=0)
+
+
+def test_results_come_back_in_input_order(engine, prompts):
+    params = greedy(max_new_tokens=6)
+    forward = engine.generate(prompts, params)
+    backward = engine.generate(prompts[::-1], params)
+    assert forward == backward[::-1]
+
+
+def test_max_new_tokens_gives_length(engine, prompts, tokenizer):
+    out = engine.generate(prompts, greedy(max_new_tokens=5))
+    for c in out:
+        if tokenizer.eos_token_id not in c.token_ids:
+            assert c.finish_reason == "length" and len(c.token_ids) == 5
+
+
+def test_stop_string_cuts_text_and_tokens(engine, tokenizer, prompts):
+    full = engine.generate([prompts[1]], greedy(max_new_tokens=24))[0]
+    pieces = [tokenizer.decode(full.token_ids[:n]) for n in range(len(full.token_ids) + 1)]
+    # a stop string completed by token 6: the last 2 characters of the first 6 tokens' text
+    n = next(n for n in range(6, len(pieces)) if len(pieces[n]) >= 2 and pieces[n][-2:]
+             not in pieces[n - 1] and pieces[n][-2:].isprintable())
+    stop = pieces[n][-2:]
+    out = engine.generate([prompts[1]], greedy(max_new_tokens=24, stop=(stop, "@@never@@")))[0]
+    assert out.finish_reason == "stop"
+    assert out.text.endswith(stop) and out.text.count(stop) == 1
+    assert out.token_ids == full.token_ids[:n]
+    assert full.text.startswith(out.text)
+    assert len(out.logprobs) == n
+
+
+def test_eos_is_kept_in_tokens_not_in_text(model, tokenizer, prompts):
+    eos = tokenizer.eos_token_id
+    bias = torch.zeros(model.config.vocab_size)
+    bias[eos] = 1e4  # make EOS the greedy choice everywhere (hook only: weights untouched)
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
+    try:
+        out = HFEngine(model, tokenizer).generate(prompts[:2], greedy())
+    finally:
+        hook.remove()
+    for c in out:
+        assert c.token_ids == (eos,) and c.text == "" and c.finish_reason == "stop"
+
+
+def test_context_overflow_does_not_crash(engine, prompts):
+    long = list(range(100, 100 + MAX_POS + 5))
+    nearly = list(range(100, 100 + MAX_POS - 3))
+    out = engine.generate([prompts[0], long, nearly], greedy(max_new_tokens=10))
+    assert out[1].finish_reason == "context_overflow" and out[1].token_ids == ()
+    assert out[0].token_ids and out[0].finish_reason in ("stop", "length")
+    assert len(out[2].token_ids) <= 3 and out[2].finish_reason in ("stop", "length")
+
+
+def test_stats_count_tokens_and_time(engine, prompts):
+    out = engine.generate(prompts, greedy(max_new_tokens=8))
+    assert engine.stats["generated_tokens"] == sum(len(c.token_ids) for c in out)
+    assert engine.stats["seconds"] > 0 and engine.tokens_per_second() > 0
+
+
+def test_bf16_autocast_runs(model, tokenizer, prompts):
+    out = HFEngine(model, tokenizer, autocast_bf16=True).generate(prompts, sampled())
+    assert all(c.token_ids and len(c.logprobs) == len(c.token_ids) for c in out)
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    from mars_core.engines.hf import sample_token
+
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0, -1.0])
+    gen = torch.Generator().manual_seed(0)
+
+    def draws(**kw):
+        return {sample_token(logits, sampled(temperature=1.0, **kw), gen)[0] for _ in range(300)}
+
+    assert draws(top_k=1, top_p=1.0) == {0}
+    assert draws(top_k=0, top_p=0.0) == {0}
+    assert draws(top_k=3, top_p=1.0) == {0, 1, 2}
+    assert draws(top_k=0, top_p=0.7) == {0, 1}  # p = .64, .24, ...: .64 < .7 so token 1 stays
+    token, logprob = sample_token(logits, sampled(temperature=2.0, top_k=1), gen)
+    assert logprob == pytest.approx(float(torch.log_softmax(logits / 2, -1)[0]))

@@ -13,24 +13,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow
 
-from mars_core.config import Config, load_config
+from mars_core.config import load_config
 from tasks.batching import compute_advantages
 from tasks.common import initial_policy
 from tasks.evaluate import evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
 from tasks.postprocess import assign_rewards
 from tasks.rollout import generate_rollouts
-from tasks.tracking import ensure_run, register_model, set_terminated
-from tasks.train import prepare_policy, save_checkpoint, train_step
-
-
-@task(name="register_model", cache_policy=NO_CACHE)
-def register_final(run_dir: str, cfg: Config) -> int:
-    final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
-    return register_model(Path(run_dir), final, cfg.tracking.registered_model, "candidate")
+from tasks.tracking import ensure_run, set_terminated
+from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
 
 
 def summary_line(k: int, n: int, m: dict) -> str:
@@ -52,6 +45,18 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     run_dir = str(Path(runs_dir) / (run_name or Path(config).stem))
     prepare_run_dir(Path(run_dir), cfg)
     run_id = ensure_run(Path(run_dir))
+    try:
+        result = _iterations(run_dir, cfg)
+    except BaseException:
+        set_terminated(Path(run_dir), run_id, "FAILED")
+        raise
+    set_terminated(Path(run_dir), run_id)
+    print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
+          f"{result['model_version']} has the alias 'candidate'")
+    return {"run_dir": run_dir, "mlflow_run_id": run_id, **result}
+
+
+def _iterations(run_dir: str, cfg) -> dict:
     prepare_policy(run_dir)
     every = cfg.evaluation.every
     if every and cfg.evaluation.at_start:
@@ -66,8 +71,4 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
         if every and ((k + 1) % every == 0 or k + 1 == n):
             last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))
         print(summary_line(k, n, last))
-    version = register_final(run_dir, cfg)
-    set_terminated(Path(run_dir), run_id)
-    print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version {version} "
-          f"has the alias 'candidate'")
-    return {"run_dir": run_dir, "mlflow_run_id": run_id, "model_version": version, **last}
+    return {"model_version": register_final(run_dir), **last}

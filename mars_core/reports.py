@@ -5,8 +5,8 @@ from mars_core.types import Episode
 
 
 def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
-    """Outcome rates per seat (win/draw/loss/invalid), the invalid-action rate per model turn,
-    the mean reply length in tokens and the mean reward of model turns."""
+    """Outcome rates per seat (win/draw/loss/invalid), the invalid-action rate per model turn
+    and the mean reply length in tokens."""
     out: dict[str, float] = {"episodes": float(len(episodes))}
     if not episodes:
         return out
@@ -19,7 +19,6 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
     if model_turns:
         out["invalid_action_rate"] = sum(not t.valid for t in model_turns) / len(model_turns)
         out["mean_reply_tokens"] = sum(len(t.completion_ids) for t in model_turns) / len(model_turns)
-        out["mean_turn_reward"] = sum(t.reward for t in model_turns) / len(model_turns)
         out["model_turns"] = float(len(model_turns))
     out["mean_episode_turns"] = sum(len(ep.turns) for ep in episodes) / len(episodes)
     out["error_episode_rate"] = sum(bool(ep.error) for ep in episodes) / len(episodes)

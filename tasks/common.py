@@ -1,6 +1,7 @@
 """What every task shares: the resumable stage runner and the run's policy/engine builders."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,10 +28,19 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
             metrics = body(out)
             metrics[f"time/{stage}"] = time.perf_counter() - start
             write_json(out / METRICS, metrics)
+            _fault_pause(f"{stage}:{k}", out)
     metrics = read_json(final / METRICS)
     if step is not None:
         log_metrics_once(run_dir, metrics, step)
     return metrics
+
+
+def _fault_pause(where: str, out: Path) -> None:
+    """Crash-test hook: with MARS_FAULT_PAUSE=<stage>:<k>, stop inside that stage (its work
+    done, its marker not yet written) and wait to be killed. Unset in normal use."""
+    if os.environ.get("MARS_FAULT_PAUSE") == where:
+        (out / "PAUSED").write_text(where)
+        time.sleep(3600)
 
 
 def use_bf16(cfg: Config) -> bool:

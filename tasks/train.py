@@ -19,6 +19,7 @@ from tasks.batching import STAGE as BATCH
 from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
                           run_stage, sampling, use_bf16)
 from tasks.paths import checkpoint_dir, read_config, stage_dir
+from tasks.tracking import register_model
 from tasks.rollout import self_play_specs
 
 HEAVY = (".safetensors", TRAINER_STATE)
@@ -138,3 +139,20 @@ def _drop_heavy(folder: Path) -> None:
         for f in folder.iterdir():
             if _is_heavy(f.name):
                 f.unlink()
+
+
+@task(name="register_model", cache_policy=NO_CACHE)
+def register_final(run_dir: str) -> int:
+    """The last checkpoint's model files (no trainer state) as a registry version `candidate`."""
+    cfg = read_config(Path(run_dir))
+    final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
+
+    def body(out: Path) -> dict:
+        for f in final.iterdir():
+            if f.name not in (TRAINER_STATE, MARKER, "metrics.json", "checkpoint.json"):
+                os.link(f, out / f.name)
+        return {}
+
+    run_stage(run_dir, "final", "model", body, step=None)
+    return register_model(Path(run_dir), stage_dir(run_dir, "final", "model"),
+                          cfg.tracking.registered_model, "candidate")

@@ -23,7 +23,7 @@ def embedded_dir(tmp_path_factory) -> Path:
     """The embedded model converted once per test session (in a temporary cache)."""
     from mars_core.models import resolve_model
 
-    return Path(resolve_model("embedded", cache_dir=tmp_path_factory.mktemp("mars-cache")))
+    return Path(resolve_model("embedded", cache_dir=tmp_path_factory.getbasetemp() / "mars-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,9 @@ from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes  # noqa: 
 from tasks.common import make_engine, prompt_builder, sampling  # noqa: E402
 
 
-def _play(engine, cfg, specs, batched: bool) -> tuple[float, RolloutStats, int]:
+def _play(engine, cfg, specs, batched: bool) -> tuple[float, RolloutStats, int, int]:
     stats = RolloutStats()
+    prompt_tokens = engine.stats["prompt_tokens"]
     prompts = prompt_builder(cfg, engine.tokenizer)
     start = time.perf_counter()
     groups = [specs] if batched else [[s] for s in specs]
@@ -34,7 +35,7 @@ def _play(engine, cfg, specs, batched: bool) -> tuple[float, RolloutStats, int]:
     for group in groups:
         eps = play_episodes(group, engine, prompts, sampling(cfg, 1234), stats=stats, progress=False)
         turns += sum(len(e.turns) for e in eps)
-    return time.perf_counter() - start, stats, turns
+    return time.perf_counter() - start, stats, turns, engine.stats["prompt_tokens"] - prompt_tokens
 
 
 def bench_rollout(model: str, n_games: int, config: str) -> None:
@@ -44,11 +45,11 @@ def bench_rollout(model: str, n_games: int, config: str) -> None:
     print(f"model {model}; {n_games} self-play Tic-Tac-Toe games; bf16 autocast "
           f"{engine.autocast_bf16}; max_new_tokens {cfg.rollout.max_new_tokens}")
     for batched in (True, False):
-        wall, stats, turns = _play(engine, cfg, specs, batched)
+        wall, stats, turns, prompt_tokens = _play(engine, cfg, specs, batched)
         name = "batched (all games per call)" if batched else "one game at a time"
-        print(f"  {name:30s} {stats.tokens_per_s:7.1f} tok/s  {wall:7.1f} s wall  "
-              f"{stats.engine_calls:4d} engine calls  {turns} turns  "
-              f"{stats.generated_tokens} tokens")
+        print(f"  {name:30s} {stats.tokens_per_s:6.1f} generated tok/s  "
+              f"{prompt_tokens / stats.generate_seconds:6.0f} prompt tok/s  {wall:6.1f} s wall  "
+              f"{stats.engine_calls:4d} engine calls  {turns} turns  {stats.generated_tokens} tokens")
 
 
 def bench_stages(run_dir: Path) -> None:

@@ -38,6 +38,15 @@ def _experiment_id(client: MlflowClient, name: str, runs_dir: Path) -> str:
     return client.create_experiment(name, artifact_location=location)
 
 
+def _find_or_create_run(client: MlflowClient, exp: str, name: str, tags: dict) -> str:
+    """A run is found by its `mars.key` tag before one is created, so a crash between
+    creating it and noting its id locally never leaves a second run behind."""
+    found = client.search_runs([exp], f"tags.`mars.key` = '{tags['mars.key']}'", max_results=1)
+    if found:
+        return found[0].info.run_id
+    return client.create_run(exp, run_name=name, tags=tags).info.run_id
+
+
 def ensure_run(run_dir: Path) -> str:
     """The MLflow run id of this training run, created (with the config as params) once."""
     run_dir = Path(run_dir)
@@ -47,12 +56,15 @@ def ensure_run(run_dir: Path) -> str:
     cfg = read_config(run_dir)
     client = client_for(run_dir)
     exp = _experiment_id(client, cfg.tracking.experiment, run_dir.parent)
-    run = client.create_run(exp, run_name=run_dir.name, tags={"mars.run_dir": str(run_dir.resolve())})
+    key = str(run_dir.resolve())
+    run_id = _find_or_create_run(client, exp, run_dir.name, {"mars.key": key, "mars.run_dir": key})
     params = [Param(k, str(v)[:6000]) for k, v in cfg.flat().items()]
+    logged = client.get_run(run_id).data.params
+    params = [p for p in params if p.key not in logged]
     for i in range(0, len(params), 100):
-        client.log_batch(run.info.run_id, params=params[i:i + 100])
-    write_json(path, {"run_id": run.info.run_id, "experiment_id": exp})
-    return run.info.run_id
+        client.log_batch(run_id, params=params[i:i + 100])
+    write_json(path, {"run_id": run_id, "experiment_id": exp})
+    return run_id
 
 
 def nested_run(run_dir: Path, label: str) -> str:
@@ -62,12 +74,12 @@ def nested_run(run_dir: Path, label: str) -> str:
     if path.is_file():
         return read_json(path)["run_id"]
     parent = ensure_run(run_dir)
-    client = client_for(run_dir)
     exp = read_json(run_dir / RUN_FILE)["experiment_id"]
-    run = client.create_run(exp, run_name=f"{run_dir.name}/{label}",
-                            tags={"mlflow.parentRunId": parent})
-    write_json(path, {"run_id": run.info.run_id})
-    return run.info.run_id
+    run_id = _find_or_create_run(client_for(run_dir), exp, f"{run_dir.name}/{label}",
+                                 {"mlflow.parentRunId": parent,
+                                  "mars.key": f"{run_dir.resolve()}#{label}"})
+    write_json(path, {"run_id": run_id})
+    return run_id
 
 
 def log_metrics_once(run_dir: Path, metrics: dict[str, float], step: int,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -40,7 +41,7 @@ def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Positions from random games with the prompts the policy would see, each answered by a
     random legal action: `<answer>{action}</answer>` (minus the prefill) and end of turn."""
-    specs = [s.__class__(s.episode_id, s.game, s.seed, ("bot:random",) * 2)
+    specs = [replace(s, agents=("bot:random",) * 2)
              for s in self_play_specs(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed)]
     prompts = prompt_builder(cfg, tokenizer)
     episodes = play_episodes(specs, None, prompts, sampling(cfg, seed), record_bot_prompts=True,

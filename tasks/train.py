@@ -56,26 +56,28 @@ def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int],
 
 @task(name="prepare_policy", cache_policy=NO_CACHE)
 def prepare_policy(run_dir: str) -> dict:
-    """Resolve the base model (converting the embedded GGUF once) and run the warm-up."""
+    """Resolve the base model (converting the embedded GGUF once), measure how often it answers
+    validly, and run the format warm-up when the preset asks for one."""
     cfg = read_config(Path(run_dir))
     final = stage_dir(run_dir, "init", "prepare_policy")
 
     def body(out: Path) -> dict:
         base = str(resolve_model(cfg.model.path))
-        w = cfg.warmup
-        if w.steps == 0:
-            write_json(out / "policy.json", {"path": base, "base": base})
-            return {}
-        seed = derive_seed(cfg, 0, 9)
-        bf16 = use_bf16(cfg)
-        engine = make_engine(cfg, base)
-        model, tok = engine.model, engine.tokenizer
-        metrics = {}
+        w, seed, metrics = cfg.warmup, derive_seed(cfg, 0, 9), {}
+        engine = make_engine(cfg, base) if (w.steps or w.probe_games) else None
         if w.probe_games:
             metrics["warmup/invalid_rate_before"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed)
+        if w.steps == 0:
+            if metrics.get("warmup/invalid_rate_before", 0.0) > 0.9:
+                print(f"warning: the starting policy's replies are invalid in "
+                      f"{metrics['warmup/invalid_rate_before']:.0%} of turns, so RL gets almost "
+                      "no signal; consider a format warm-up (warmup.steps, e.g. 12)")
+            write_json(out / "policy.json", {"path": base, "base": base})
+            return metrics
+        model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
         losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-                           pad_id=tok.pad_token_id, seed=seed, bf16=bf16)
+                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg))
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
         save_model(out / "model", model, tok)

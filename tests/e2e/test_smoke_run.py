@@ -28,16 +28,33 @@ async def _flow_runs():
         return await client.read_flow_runs()
 
 
+async def _flow_run_log(flow_run_id) -> str:
+    """The flow run's log as the Prefect UI shows it (sent in the background: poll a while)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    text = ""
+    async with get_client() as client:
+        for _ in range(60):
+            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            text = "\n".join(entry.message for entry in logs)
+            if "iter 2/2:" in text:
+                break
+            await asyncio.sleep(0.5)
+    return text
+
+
 def test_smoke_preset_end_to_end(tmp_path, prefect_api, embedded_dir, monkeypatch, capsys):
     monkeypatch.setenv("MARS_CACHE_DIR", str(embedded_dir.parent))
     rc = main(["train", "--config", str(REPO / "configs/smoke.yaml"), "--runs-dir", str(tmp_path)])
     out = capsys.readouterr()
     assert rc == 0, out.err[-2000:]
-    assert "iter 2/2:" in out.out + out.err
 
     runs = asyncio.run(_flow_runs())
     mine = [r for r in runs if r.parameters.get("runs_dir") == str(tmp_path)]
     assert mine and mine[-1].state.is_completed()
+    log = asyncio.run(_flow_run_log(mine[-1].id))
+    assert "iter 1/2: reward" in log and "iter 2/2: reward" in log  # one summary line per iteration
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("mars-smoke")

@@ -117,20 +117,20 @@ def ppo_update(model, ref_model, optimizer, scheduler, samples: list[Sample],
     minibatches = _chunks(samples, size)
     micro = optim.micro_batch_size
     # Old log-probs are needed only when the policy moves between minibatches.
-    olds = {id(mb): _logps_no_grad(model, mb, temperature, pad_id, micro, bf16)
-            for mb in minibatches} if len(minibatches) > 1 else {}
+    olds = [_logps_no_grad(model, mb, temperature, pad_id, micro, bf16)
+            for mb in minibatches] if len(minibatches) > 1 else None
     totals: dict[str, float] = {}
     model.train()
     bar = tqdm(total=sum(len(_chunks(mb, micro)) for mb in minibatches), desc="train",
                unit="micro", disable=not progress, leave=False)
-    for mb in minibatches:
+    for i, mb in enumerate(minibatches):
         refs = (_logps_no_grad(ref_model, mb, temperature, pad_id, micro, bf16)
                 if algo.kl_coef > 0 else None)
         optimizer.zero_grad(set_to_none=True)
         step_metrics: dict[str, float] = {}
         for j, chunk in enumerate(_chunks(mb, micro)):
             logp, mask = sequence_logprobs(model, chunk, temperature, pad_id, bf16)
-            old = olds[id(mb)][j] if olds else logp.detach()
+            old = olds[i][j] if olds else logp.detach()
             adv = torch.tensor([s.advantage for s in chunk], dtype=logp.dtype, device=logp.device)
             loss, m = ppo_objective(logp, old, refs[j] if refs else None, adv, mask,
                                     clip_eps=algo.clip_eps, dual_clip=algo.dual_clip,

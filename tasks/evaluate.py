@@ -11,7 +11,7 @@ from mars_core.games.openspiel_games import make_game
 from mars_core.reports import transcript
 from mars_core.stages import write_json
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
-from tasks.paths import read_config, stage_dir
+from tasks.paths import read_config
 from tasks.rollout import write_episodes
 from tasks.tracking import log_artifacts, log_metrics_once, nested_run
 
@@ -43,13 +43,12 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                     metrics[f"eval/{game}/seat{r['seat']}_{key}"] = r[key]
         write_episodes(out, played)
         write_json(out / "results.json", records)
+        for f in sorted(out.iterdir()):  # re-logging after a crash overwrites
+            if f.name == "results.json" or f.name.startswith("transcripts_"):
+                log_artifacts(run_dir, f, "", run_id=child)
         return metrics
 
-    metrics = run_stage(run_dir, k, STAGE, body, step=step)
     child = nested_run(run_dir, f"eval_step{step:04d}")
+    metrics = run_stage(run_dir, k, STAGE, body, step=step)
     log_metrics_once(run_dir, metrics, step, run_id=child)
-    folder = stage_dir(run_dir, k, STAGE)
-    for f in sorted(folder.iterdir()):
-        if f.name == "results.json" or f.name.startswith("transcripts_"):
-            log_artifacts(run_dir, f, "", run_id=child)
     return metrics

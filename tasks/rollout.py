@@ -56,13 +56,11 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
                                  sampling(cfg, seed), stats=stats)
         write_episodes(out, episodes)
         write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
+        for name in ("episodes_sample.parquet", "transcripts.md"):  # re-logging overwrites
+            log_artifacts(run_dir, out / name, f"iter_{k:04d}")
         metrics = {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
         return metrics
 
-    metrics = run_stage(run_dir, k, STAGE, body, step=k)
-    folder = Path(run_dir) / f"iter_{k:04d}" / STAGE
-    for name in ("episodes_sample.parquet", "transcripts.md"):
-        log_artifacts(run_dir, folder / name, f"iter_{k:04d}")
-    return metrics
+    return run_stage(run_dir, k, STAGE, body, step=k)

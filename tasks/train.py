@@ -23,11 +23,19 @@ from tasks.paths import checkpoint_dir, read_config, stage_dir
 from tasks.tracking import register_model
 from tasks.rollout import self_play_specs
 
-HEAVY = (".safetensors", TRAINER_STATE)
-
-
 def _is_heavy(name: str) -> bool:
-    return name.endswith(HEAVY[0]) or name == HEAVY[1]
+    """Weights and optimizer state: what pruning removes from old checkpoints."""
+    return name.endswith(".safetensors") or name == TRAINER_STATE
+
+
+def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
+    """Hard-link every file of `src` into `out` except `skip` (no copy); returns bytes linked."""
+    size = 0
+    for f in src.iterdir():
+        if f.name not in (MARKER, "metrics.json", *skip):
+            os.link(f, out / f.name)
+            size += f.stat().st_size
+    return size
 
 
 def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
@@ -122,11 +130,7 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
     src = stage_dir(run_dir, k, "train_step")
 
     def body(out: Path) -> dict:
-        size = 0
-        for f in src.iterdir():
-            if f.name not in (MARKER, "metrics.json"):
-                os.link(f, out / f.name)
-                size += f.stat().st_size
+        size = _link_files(src, out, skip=())
         write_json(out / "checkpoint.json", {"iteration": k, "source": str(src)})
         return {"checkpoint/size_mb": size / 2**20}
 
@@ -151,9 +155,7 @@ def register_final(run_dir: str) -> int:
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
 
     def body(out: Path) -> dict:
-        for f in final.iterdir():
-            if f.name not in (TRAINER_STATE, MARKER, "metrics.json", "checkpoint.json"):
-                os.link(f, out / f.name)
+        _link_files(final, out, skip=(TRAINER_STATE, "checkpoint.json"))
         return {}
 
     run_stage(run_dir, "final", "model", body, step=None)

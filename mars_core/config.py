@@ -45,11 +45,10 @@ class RolloutConfig(_Section):
 
     @model_validator(mode="after")
     def _known_games(self):
-        from mars_core.games.openspiel_games import GAMES
+        from mars_core.games.registry import check_game
 
         for g in self.games:
-            if g not in GAMES:
-                raise ValueError(f"unknown game {g!r}; choose one of: {', '.join(sorted(GAMES))}")
+            check_game(g)
         if not self.games:
             raise ValueError("rollout.games is empty")
         return self

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from mars_core.engines.base import Engine
 from mars_core.games import base as gb
 from mars_core.games.bots import is_bot, make_bot
-from mars_core.games.openspiel_games import make_game
+from mars_core.games.registry import make_game
 from mars_core.types import Completion, Episode, SamplingParams, Turn
 
 PREFILLS = {"answer": "<answer>", "think": "<think>\n", "none": ""}

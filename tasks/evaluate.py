@@ -7,7 +7,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.evaluation import evaluate_vs_bot
-from mars_core.games.openspiel_games import make_game
+from mars_core.games.registry import make_game
 from mars_core.reports import transcript
 from mars_core.stages import write_json
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling

@@ -63,6 +63,8 @@ class GameAdapter(ABC):
 
     name: str
     num_players: int
+    draw_bonus: bool = False  # whether a drawn game earns rewards.draw (board games only)
+    cooperative: bool = False  # every seat shares one score (Hanabi): the partner is a policy
 
     @abstractmethod
     def new_state(self, seed: int) -> Any:
@@ -102,7 +104,13 @@ class GameAdapter(ABC):
 
     @abstractmethod
     def forfeit_return(self, state: Any, player: int) -> float:
-        """The game loss charged to a seat whose invalid reply ended the game."""
+        """The total game return of a seat whose invalid reply ended the game: board games -1,
+        poker minus the chips it put in, Hanabi 0 (all points scored so far are lost, as on
+        the last life token). The other seats keep the returns they had."""
+
+    @abstractmethod
+    def utility_range(self) -> tuple[float, float]:
+        """The lowest and highest total return a seat can get (normalized return's scale)."""
 
     @abstractmethod
     def clone(self, state: Any) -> Any: ...

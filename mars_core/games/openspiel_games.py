@@ -1,5 +1,6 @@
-"""OpenSpiel games as adapters. Tic-Tac-Toe is the spine's game; later games subclass
-`OpenSpielGame` the same way (rules text, observation, action strings)."""
+"""The OpenSpiel plumbing every game adapter shares (seeded chance events, rewards,
+returns). Each game subclasses `OpenSpielGame` with its rules text, observation and action
+strings: board games in `board_games`, poker in `poker`, Hanabi in `hanabi`."""
 from __future__ import annotations
 
 import random
@@ -54,6 +55,9 @@ class OpenSpielGame(GameAdapter):
     def clone(self, state):
         return _Seeded(state.s.clone(), random.Random(state.rng.random()))
 
+    def utility_range(self) -> tuple[float, float]:
+        return self.game.min_utility(), self.game.max_utility()
+
     def role(self, player: int) -> str:
         return f"player_{player}"
 
@@ -68,57 +72,3 @@ class _Seeded:
 
     def __init__(self, s, rng: random.Random) -> None:
         self.s, self.rng = s, rng
-
-
-class TicTacToe(OpenSpielGame):
-    name = "tic_tac_toe"
-    pyspiel_name = "tic_tac_toe"
-    MARKS = ("X", "O")
-
-    def action_string(self, state, player: int, action_id: int) -> str:
-        row, col = divmod(action_id, 3)
-        return f"<{self.MARKS[player]}({row},{col})>"
-
-    def board(self, state) -> str:
-        rows = str(state.s).strip().splitlines()
-        return "\n".join(" ".join("_" if c == "." else c.upper() for c in r) for r in rows)
-
-    def rules(self, player: int) -> str:
-        me, other = self.MARKS[player], self.MARKS[1 - player]
-        order = "You move first." if player == 0 else "Your opponent moves first."
-        return (
-            f"You are playing Tic-Tac-Toe as {me}; your opponent plays {other}. {order}\n"
-            "The board is a 3x3 grid. Players take turns placing their mark in an empty cell "
-            "(shown as _). The first player with three marks in a row, column or diagonal wins; "
-            "a full board with no such line is a draw.\n"
-            "Cells are named (row,col) with row and col from 0 to 2; row 0 is the top row and "
-            "column 0 the left column. An action is written with your mark, for example "
-            f"<{me}(1,1)> places {me} in the centre.\n"
-            "Reply with your reasoning if you like, then exactly one legal action inside answer "
-            f"tags, for example <answer><{me}(0,2)></answer>, and nothing after it. An illegal "
-            "or malformed answer loses the game."
-        )
-
-    def observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
-        lines = [f"Opponent ({self.MARKS[p]}) played {a}." for p, a in moves_since]
-        lines += [
-            "Current board:",
-            self.board(state),
-            f"You are {self.MARKS[player]}. Legal actions: "
-            + ", ".join(self.legal_actions(state)),
-            "Answer with exactly one of them inside <answer></answer> tags.",
-        ]
-        return "\n".join(lines)
-
-    def forfeit_return(self, state, player: int) -> float:
-        return -1.0
-
-
-GAMES: dict[str, type[GameAdapter]] = {"tic_tac_toe": TicTacToe}
-
-
-def make_game(name: str) -> GameAdapter:
-    """The adapter for a game name; unknown names list the valid ones."""
-    if name not in GAMES:
-        raise ValueError(f"unknown game {name!r}; choose one of: {', '.join(sorted(GAMES))}")
-    return GAMES[name]()

@@ -6,7 +6,8 @@ import pytest
 
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.base import parse_reply
-from mars_core.games.openspiel_games import TicTacToe, make_game
+from mars_core.games.board_games import TicTacToe
+from mars_core.games.registry import make_game
 from mars_core.rewards import assign_rewards
 from mars_core.config import RewardsConfig
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes

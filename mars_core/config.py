@@ -31,17 +31,29 @@ class ModelConfig(_Section):
     max_context_tokens: int = Field(2048, ge=64)
 
 
-class RolloutConfig(_Section):
-    games: tuple[str, ...] = ("tic_tac_toe",)
-    episodes_per_iteration: int = Field(8, ge=1)
-    engine_batch_size: int = Field(32, ge=1)
+class PlayConfig(_Section):
+    """How a policy model is prompted and sampled in games (training and evaluation)."""
+
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.99, gt=0, le=1)
     top_k: int = Field(100, ge=0)
     max_new_tokens: int = Field(64, ge=1)
     prefill: Literal["answer", "think", "none"] = "answer"
     keep_history: bool = True  # MARS keeps the whole conversation; False shows only the state
+    engine_batch_size: int = Field(32, ge=1)
 
+    def sampling(self, seed: int, temperature: float | None = None):
+        from mars_core.types import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=self.top_p, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
+            stop=("</answer>",), seed=seed)
+
+
+class RolloutConfig(PlayConfig):
+    games: tuple[str, ...] = ("tic_tac_toe",)  # several: self-play games split evenly by game
+    episodes_per_iteration: int = Field(8, ge=1)
 
     @model_validator(mode="after")
     def _known_games(self):
@@ -112,16 +124,26 @@ class WarmupConfig(_Section):
 class EvaluationConfig(_Section):
     every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
     at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
-    opponent: str = "bot:mcts-10"
+    # game -> opponent; a game not named here meets the first opponent of the MARS suite
+    # (Tic-Tac-Toe bot:mcts-100, Connect Four bot:mcts-10, poker bot:nash, Hanabi self)
+    opponents: dict[str, str] = Field(default_factory=dict)
     games_per_seat: int = Field(8, ge=1)
     temperature: float = Field(0.6, ge=0)
 
     @model_validator(mode="after")
-    def _known_opponent(self):
-        from mars_core.games.bots import check_bot_spec
+    def _fitting_opponents(self):
+        from mars_core.games.bots import check_opponent
+        from mars_core.games.registry import check_game
 
-        check_bot_spec(self.opponent)
+        for game, opponent in self.opponents.items():
+            check_game(game)
+            check_opponent(opponent, game)
         return self
+
+    def opponent_for(self, game: str) -> str:
+        from mars_core.evaluation import MARS_OPPONENTS
+
+        return self.opponents.get(game) or MARS_OPPONENTS[game][0]
 
 
 class TrackingConfig(_Section):
@@ -156,7 +178,7 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and key != "rewards.game_scale":
+        if isinstance(v, dict) and v and key not in ("rewards.game_scale", "evaluation.opponents"):
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
@@ -195,9 +217,10 @@ def _merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def config_from_dict(data: dict) -> Config:
+def config_from_dict(data: dict, model: type[BaseModel] | None = None):
+    """Validate `data` as `model` (default: the training `Config`); errors name the key."""
     try:
-        return Config.model_validate(data)
+        return (model or Config).model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "config"
@@ -207,7 +230,8 @@ def config_from_dict(data: dict) -> Config:
         raise ConfigError(f"bad config value for {where!r}: {msg}") from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                model: type[BaseModel] | None = None):
     """Read a YAML preset (or the defaults when `path` is None) and apply overrides."""
     data: dict = {}
     if path is not None:
@@ -220,7 +244,26 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p} must hold a mapping of sections")
-    return config_from_dict(_merge(data, parse_overrides(overrides)))
+    return config_from_dict(_merge(data, parse_overrides(overrides)), model)
+
+
+class StrategicConfig(_Section):
+    """A strategic-ability evaluation preset (`configs/eval/*.yaml`): which opponents each game
+    meets, how many games per game x opponent x seat, and how the policy model plays."""
+
+    n: int = Field(1000, ge=1)  # games per game x opponent x seat (x 1 for `self`)
+    seed: int = 0
+    suite: dict[str, tuple[str, ...]]  # game -> opponents
+    play: PlayConfig = PlayConfig()
+    max_context_tokens: int = Field(2048, ge=64)
+    bf16: Literal["auto", "on", "off"] = "auto"
+
+    @model_validator(mode="after")
+    def _fitting_suite(self):
+        from mars_core.evaluation import check_suite
+
+        check_suite(self.suite, "policy")
+        return self
 
 
 def config_diff(a: Config, b: Config) -> list[str]:

@@ -63,10 +63,7 @@ def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
 
 
 def sampling(cfg: Config, seed: int, temperature: float | None = None) -> SamplingParams:
-    r = cfg.rollout
-    return SamplingParams(temperature=r.temperature if temperature is None else temperature,
-                          top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens,
-                          stop=("</answer>",), seed=seed)
+    return cfg.rollout.sampling(seed, temperature)
 
 
 def make_engine(cfg: Config, path: str):

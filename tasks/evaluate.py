@@ -1,4 +1,5 @@
-"""Task: the policy against a fixed bot in every seat, logged to a nested MLflow run."""
+"""Task: the policy against each training game's evaluation opponent in every seat (the same
+code as `mars eval strategic`), logged to a nested MLflow run."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,17 +7,17 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.evaluation import evaluate_vs_bot
-from mars_core.games.registry import make_game
 from mars_core.reports import transcript
 from mars_core.stages import write_json
+from mars_core.evaluation import run_suite
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
 from tasks.paths import read_config
 from tasks.rollout import write_episodes
 from tasks.tracking import log_artifacts, log_metrics_once, nested_run
 
 STAGE = "evaluate"
-_KEYS = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "mean_return", "mean_return_ci95")
+_KEYS = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "mean_return", "ci95",
+         "normalized_return")
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -27,26 +28,21 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 
     def body(out: Path) -> dict:
         engine = make_engine(cfg, policy)
-        prompts = prompt_builder(cfg, engine.tokenizer)
-        metrics, records, played = {}, [], []
+        suite = {game: (e.opponent_for(game),) for game in cfg.rollout.games}
+        records, episodes = run_suite(
+            suite, policy, engine, prompt_builder(cfg, engine.tokenizer),
+            sampling(cfg, derive_seed(cfg, step, 5), e.temperature), e.games_per_seat,
+            derive_seed(cfg, 7))
         for game in cfg.rollout.games:
-            n_players = make_game(game).num_players
-            recs, episodes, stats = evaluate_vs_bot(
-                engine, prompts, game, n_players, e.opponent, e.games_per_seat,
-                sampling(cfg, derive_seed(cfg, step, 5), e.temperature), derive_seed(cfg, 7))
-            played += episodes
+            mine = [ep for ep in episodes if ep.game == game]
             (out / f"transcripts_{game}.md").write_text(
-                "\n\n".join(transcript(ep) for ep in episodes[:: max(1, len(episodes) // 4)]))
-            records += [{**r, "policy": policy} for r in recs]
-            for r in recs:
-                for key in _KEYS:
-                    metrics[f"eval/{game}/seat{r['seat']}_{key}"] = r[key]
-        write_episodes(out, played)
+                "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
+        write_episodes(out, episodes)
         write_json(out / "results.json", records)
         for f in sorted(out.iterdir()):  # re-logging after a crash overwrites
             if f.name == "results.json" or f.name.startswith("transcripts_"):
                 log_artifacts(run_dir, f, "", run_id=child)
-        return metrics
+        return {f"eval/{r['game']}/seat{r['seat']}_{key}": r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
     metrics = run_stage(run_dir, k, STAGE, body, step=step)

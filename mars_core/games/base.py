@@ -65,6 +65,7 @@ class GameAdapter(ABC):
     num_players: int
     draw_bonus: bool = False  # whether a drawn game earns rewards.draw (board games only)
     cooperative: bool = False  # every seat shares one score (Hanabi): the partner is a policy
+    perfect_information: bool = True  # False where seats hold hidden cards (poker, Hanabi)
 
     @abstractmethod
     def new_state(self, seed: int) -> Any:

@@ -47,3 +47,56 @@ class TicTacToe(OpenSpielGame):
 
     def forfeit_return(self, state, player: int) -> float:
         return -1.0
+
+
+class ConnectFour(OpenSpielGame):
+    """Connect Four on OpenSpiel's 6x7 board; an action names only the column (0..6, which
+    is also OpenSpiel's action id), since the piece falls to the lowest empty cell."""
+
+    name = "connect_four"
+    draw_bonus = True
+    pyspiel_name = "connect_four"
+    MARKS = ("X", "O")
+    COLUMNS = 7
+
+    def action_string(self, state, player: int, action_id: int) -> str:
+        return f"<{self.MARKS[player]}({action_id})>"
+
+    def board(self, state) -> str:
+        """The grid top row first (as OpenSpiel prints it), under a column-number header so
+        the model can read off which column each cell is in."""
+        rows = str(state.s).strip().splitlines()
+        grid = [" ".join("_" if c == "." else c.upper() for c in r) for r in rows]
+        return "\n".join([" ".join(str(c) for c in range(self.COLUMNS)), *grid])
+
+    def rules(self, player: int) -> str:
+        me, other = self.MARKS[player], self.MARKS[1 - player]
+        order = "You move first." if player == 0 else "Your opponent moves first."
+        return (
+            f"You are playing Connect Four as {me}; your opponent plays {other}. {order}\n"
+            "The board has 6 rows and 7 columns; empty cells are shown as _. Players take turns "
+            "dropping one of their pieces into a column that is not full: the piece falls to the "
+            "lowest empty cell of that column. The first player with four pieces in a line "
+            "(horizontal, vertical or diagonal) wins; a full board with no such line is a draw.\n"
+            "Columns are numbered 0 to 6 from left to right, as in the header line above the "
+            "board; the top line of the board is the top row and pieces stack up from the "
+            "bottom line. An action is written with your mark and a column, for example "
+            f"<{me}(3)> drops {me} into the middle column.\n"
+            "Reply with your reasoning if you like, then exactly one legal action inside answer "
+            f"tags, for example <answer><{me}(3)></answer>, and nothing after it. An illegal "
+            "or malformed answer loses the game."
+        )
+
+    def observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
+        lines = [f"Opponent ({self.MARKS[p]}) played {a}." for p, a in moves_since]
+        lines += [
+            "Current board:",
+            self.board(state),
+            f"You are {self.MARKS[player]}. Legal actions: "
+            + ", ".join(self.legal_actions(state)),
+            "Answer with exactly one of them inside <answer></answer> tags.",
+        ]
+        return "\n".join(lines)
+
+    def forfeit_return(self, state, player: int) -> float:
+        return -1.0

@@ -1,5 +1,13 @@
-"""Fixed opponents as policies: `bot:random` and `bot:mcts-N` (OpenSpiel's MCTS with UCT c=2
-and a random-rollout evaluator of 10 rollouts, as in MARS's evaluation)."""
+"""Fixed opponents as policies, and which of them fit which game.
+
+- `bot:random`: a uniformly random legal action (every game);
+- `bot:mcts-N`: OpenSpiel's MCTS with N simulations, UCT c=2 and a random-rollout evaluator of
+  10 rollouts, as in MARS's evaluation. It searches the true game state, so it is only fair in
+  perfect-information games (Tic-Tac-Toe, Connect Four): on poker it would see the cards;
+- `bot:nash`: a Nash-equilibrium policy from CFR, stored as JSON (Kuhn and Leduc poker);
+- `self` (an opponent only): the evaluated policy itself takes every other seat: Hanabi's
+  partner, and plain self-play in any game.
+"""
 from __future__ import annotations
 
 import random
@@ -9,8 +17,11 @@ import numpy as np
 
 from mars_core.games.base import GameAdapter
 
-_MCTS = re.compile(r"^bot:mcts-(\d+)$")
-BOT_SPECS = ("bot:random", "bot:mcts-N")
+_MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
+SELF = "self"
+BOT_SPECS = ("bot:random", "bot:mcts-N", "bot:nash")
+OPPONENT_SPECS = (*BOT_SPECS, SELF)
+NASH_GAMES = ("kuhn_poker", "leduc_poker")  # the games with a stored Nash policy (games/nash.py)
 
 
 def is_bot(spec: str) -> bool:
@@ -19,9 +30,31 @@ def is_bot(spec: str) -> bool:
 
 def check_bot_spec(spec: str) -> None:
     """Raise ValueError naming the valid bot specs for an unknown one."""
-    if spec == "bot:random" or _MCTS.match(spec):
+    if spec in ("bot:random", "bot:nash") or _MCTS.match(spec):
         return
-    raise ValueError(f"unknown opponent {spec!r}; choose one of: {', '.join(BOT_SPECS)}")
+    raise ValueError(f"unknown bot {spec!r}; choose one of: {', '.join(BOT_SPECS)} "
+                     "(N = number of simulations)")
+
+
+def check_opponent(spec: str, game: str) -> None:
+    """Raise ValueError when `spec` is no opponent, or one that does not fit `game`."""
+    from mars_core.games.registry import make_game
+
+    if spec != SELF and not is_bot(spec):
+        raise ValueError(f"unknown opponent {spec!r}; choose one of: {', '.join(OPPONENT_SPECS)}")
+    if spec == SELF:
+        return
+    check_bot_spec(spec)
+    adapter = make_game(game)
+    if adapter.cooperative and spec != "bot:random":
+        raise ValueError(f"opponent {spec!r} does not fit {game}: the partner in a cooperative "
+                         f"game is the policy itself ({SELF!r}) or bot:random")
+    if spec == "bot:nash" and game not in NASH_GAMES:
+        raise ValueError(f"opponent 'bot:nash' does not fit {game}: Nash policies exist for "
+                         f"{', '.join(NASH_GAMES)}")
+    if _MCTS.match(spec) and not adapter.perfect_information:
+        raise ValueError(f"opponent {spec!r} does not fit {game}: MCTS searches the true state, "
+                         "so in a game with hidden information it would see the other cards")
 
 
 class RandomBot:
@@ -51,4 +84,8 @@ def make_bot(spec: str, adapter: GameAdapter, seed: int):
     check_bot_spec(spec)
     if spec == "bot:random":
         return RandomBot(seed)
+    if spec == "bot:nash":
+        from mars_core.games.nash import NashBot
+
+        return NashBot(adapter.name, seed)
     return MCTSBot(adapter, int(_MCTS.match(spec).group(1)), seed)

@@ -19,19 +19,19 @@ class OpenSpielGame(GameAdapter):
     def __init__(self) -> None:
         self.game = pyspiel.load_game(self.pyspiel_name, dict(self.params))
         self.num_players = self.game.num_players()
+        self.perfect_information = (self.game.get_type().information
+                                    == pyspiel.GameType.Information.PERFECT_INFORMATION)
 
     # -- engine plumbing -------------------------------------------------------------------
     def new_state(self, seed: int):
         state = _Seeded(self.game.new_initial_state(), random.Random(seed))
-        self._resolve_chance(state, [0.0] * self.num_players)
+        self._resolve_chance(state)
         return state
 
-    def _resolve_chance(self, state: "_Seeded", acc: list[float]) -> None:
+    def _resolve_chance(self, state: "_Seeded") -> None:
         while state.s.is_chance_node():
             actions, probs = zip(*state.s.chance_outcomes())
             state.s.apply_action(state.rng.choices(actions, weights=probs)[0])
-            for i, r in enumerate(state.s.rewards()):
-                acc[i] += r
 
     def current_player(self, state) -> int:
         return state.s.current_player()
@@ -44,10 +44,13 @@ class OpenSpielGame(GameAdapter):
         return {self.action_string(state, p, a): a for a in state.s.legal_actions(p)}
 
     def apply(self, state, action_id: int) -> list[float]:
+        """Step rewards as the change in returns over the action and the chance events after
+        it (a card drawn, a public card dealt). Summing `rewards()` instead would count a
+        Hanabi play twice: OpenSpiel keeps reporting it through the draw that follows."""
+        before = state.s.returns()
         state.s.apply_action(action_id)
-        rewards = list(state.s.rewards())
-        self._resolve_chance(state, rewards)
-        return rewards
+        self._resolve_chance(state)
+        return [a - b for a, b in zip(state.s.returns(), before)]
 
     def returns(self, state) -> list[float]:
         return list(state.s.returns())

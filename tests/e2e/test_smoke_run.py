@@ -17,7 +17,7 @@ EXPECTED = [
     "reward/mean", "train/loss", "train/kl", "train/grad_norm", "train/lr",
     "time/generate_rollouts", "time/train_step", "time/assign_rewards",
     "time/compute_advantages", "time/save_checkpoint", "warmup/invalid_rate_before",
-    "eval/tic_tac_toe/seat0_win_rate", "eval/tic_tac_toe/seat1_mean_return_ci95",
+    "eval/tic_tac_toe/seat0_win_rate", "eval/tic_tac_toe/seat1_ci95",
 ]
 
 

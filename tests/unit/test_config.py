@@ -22,7 +22,9 @@ def test_overrides_are_typed():
     ("run.iterations=0", "run.iterations"),
     ("rollout.games=[chess]", "unknown game 'chess'"),
     ("algorithm.estimator=ppo", "unknown advantage estimator 'ppo'"),
-    ("evaluation.opponent=bot:alphazero", "unknown opponent"),
+    ("evaluation.opponents.tic_tac_toe=bot:alphazero", "unknown bot 'bot:alphazero'; choose one of"),
+    ("evaluation.opponents.connect_four=bot:nash", "does not fit connect_four"),
+    ("evaluation.opponents.kuhn_poker=bot:mcts-10", "does not fit kuhn_poker"),
     ("nonsense=1", "nonsense"),
     ("novalue", "key=value"),
 ])

@@ -1,9 +1,18 @@
+import re
+from functools import lru_cache
+
 import pytest
 import yaml
 
-from mars_core.evaluation import mean_ci95, normalized_return, seat_record, suite_specs
+from mars_core.engines.scripted import ScriptedEngine
+from mars_core.evaluation import (RECORD_KEYS, check_suite, mean_ci95, normalized_return,
+                                  run_suite, seat_record, suite_specs)
+from mars_core.rollout import PromptBuilder
+from mars_core.types import SamplingParams
 from mars_core.types import Episode
 from tests.conftest import REPO
+
+PARAMS = SamplingParams(max_new_tokens=16, stop=("</answer>",))
 
 
 def test_mean_ci95():
@@ -54,3 +63,70 @@ def test_prefect_yaml_deployments_point_at_the_flow():
         flow = load_flow_from_entrypoint(f"{REPO / path}:{name}")
         assert flow.name == "mars-train"
         assert (REPO / dep["parameters"]["config"]).is_file()
+
+
+def test_kuhn_nash_self_play_gives_the_first_player_minus_one_eighteenth():
+    records, _ = run_suite({"kuhn_poker": ("bot:nash",)}, "bot:nash", None, None, PARAMS, n=4000,
+                           seed=0, bot_policy="bot:nash", progress=False)
+    seat0 = next(r for r in records if r["seat"] == 0)
+    assert abs(seat0["mean_return"] - (-1 / 18)) < seat0["ci95"]
+    assert set(RECORD_KEYS) <= set(seat0) and seat0["n"] == 4000 and seat0["invalid_rate"] == 0
+
+
+def test_mcts_beats_random():
+    records, _ = run_suite({"tic_tac_toe": ("bot:random",)}, "bot:mcts-25", None, None, PARAMS,
+                           n=12, seed=0, bot_policy="bot:mcts-25", progress=False)
+    for r in records:
+        assert r["win_rate"] > 0.5 and r["loss_rate"] < 0.2 and r["normalized_return"] > 70
+
+
+_LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+@lru_cache(maxsize=None)
+def _minimax(board: str, me: str) -> tuple[int, int]:
+    """(value for `me` to move, best cell) by full search: +1 win, 0 draw, -1 loss."""
+    other = "O" if me == "X" else "X"
+    for a, b, c in _LINES:
+        if board[a] == board[b] == board[c] == other:
+            return -1, -1
+    empty = [i for i, c in enumerate(board) if c == "_"]
+    if not empty:
+        return 0, -1
+    best = (-2, -1)
+    for i in empty:
+        value = -_minimax(board[:i] + me + board[i + 1:], other)[0]
+        best = max(best, (value, -i))
+    return best[0], -best[1]
+
+
+def perfect_reply(prompt: str) -> str:
+    """Read the rendered board and mark from the prompt and answer with a minimax move."""
+    obs = prompt[prompt.rindex("Current board:"):]
+    board = "".join(obs.splitlines()[1:4]).replace(" ", "")
+    me = re.search(r"You are ([XO])\.", obs).group(1)
+    cell = _minimax(board, me)[1]
+    return f"<{me}({cell // 3},{cell % 3})></answer>"
+
+
+def test_perfect_tic_tac_toe_policy_never_loses_to_mcts(tokenizer):
+    engine = ScriptedEngine(tokenizer, perfect_reply)
+    records, episodes = run_suite({"tic_tac_toe": ("bot:mcts-100",)}, "minimax", engine,
+                                  PromptBuilder(tokenizer, "answer", keep_history=False), PARAMS,
+                                  n=10, seed=0, progress=False)
+    assert len(episodes) == 20 and [r["seat"] for r in records] == [0, 1]
+    for r in records:
+        assert r["loss_rate"] == 0 and r["invalid_rate"] == 0 and r["normalized_return"] >= 50
+
+
+@pytest.mark.parametrize("suite,policy,needle", [
+    ({"connect_four": ("bot:nash",)}, "policy", "'bot:nash' does not fit connect_four"),
+    ({"kuhn_poker": ("bot:mcts-100",)}, "policy", "does not fit kuhn_poker"),
+    ({"mini_hanabi": ("bot:nash",)}, "policy", "does not fit mini_hanabi"),
+    ({"chess": ("bot:random",)}, "policy", "unknown game 'chess'; choose one of: tic_tac_toe"),
+    ({"tic_tac_toe": ("alphazero",)}, "policy", "unknown opponent 'alphazero'; choose one of"),
+    ({"leduc_poker": ("bot:random",)}, "bot:mcts-10", "does not fit leduc_poker"),
+])
+def test_suites_that_do_not_fit_are_refused(suite, policy, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        check_suite(suite, policy)

@@ -227,6 +227,8 @@ def config_from_dict(data: dict, model: type[BaseModel] | None = None):
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"unknown config key {where!r}") from None
         msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # a check across fields (e.g. an opponent that does not fit a game)
+            raise ConfigError(msg) from None
         raise ConfigError(f"bad config value for {where!r}: {msg}") from None
 
 
@@ -264,6 +266,28 @@ class StrategicConfig(_Section):
 
         check_suite(self.suite, "policy")
         return self
+
+
+def load_strategic_config(path: str | Path | None = None, games: list[str] | None = None,
+                          opponents: list[str] | None = None, n: int | None = None,
+                          seed: int | None = None,
+                          overrides: list[str] | tuple[str, ...] = ()) -> StrategicConfig:
+    """An evaluation preset (the MARS suite when `path` is None) narrowed by the CLI's flags:
+    `games` keeps those games (each meets `opponents`, else its preset or MARS opponents);
+    `opponents` alone replaces every game's opponents."""
+    from mars_core.evaluation import MARS_OPPONENTS
+
+    base = {"suite": {g: list(o) for g, o in MARS_OPPONENTS.items()}}
+    cfg = load_config(path, overrides, StrategicConfig) if path else config_from_dict(
+        _merge(base, parse_overrides(overrides)), StrategicConfig)
+    suite = {g: list(o) for g, o in cfg.suite.items()}
+    if games:
+        suite = {g: list(opponents or suite.get(g) or MARS_OPPONENTS.get(g, ())) for g in games}
+    elif opponents:
+        suite = {g: list(opponents) for g in suite}
+    data = cfg.model_dump(mode="json") | {"suite": suite}
+    data |= {k: v for k, v in (("n", n), ("seed", seed)) if v is not None}
+    return config_from_dict(data, StrategicConfig)
 
 
 def config_diff(a: Config, b: Config) -> list[str]:

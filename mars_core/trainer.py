@@ -23,6 +23,7 @@ class Sample:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     advantage: float
+    game: str = ""  # minibatches are split evenly by game
 
 
 def bf16_supported() -> bool:
@@ -107,14 +108,15 @@ def ppo_update(model, ref_model, optimizer, scheduler, samples: list[Sample],
                algo: AlgorithmConfig, optim: OptimConfig, *, temperature: float, pad_id: int,
                seed: int, bf16: bool = False, progress: bool = True) -> dict[str, float]:
     """One PPO epoch: `optim.minibatches` optimizer steps over the shuffled samples, each
-    accumulated over micro-batches so that the update equals one big batch's. Returns the
-    mean of each metric over optimizer steps (loss, kl, clip_frac, grad_norm, lr, ...)."""
+    accumulated over micro-batches so that the update equals one big batch's. Minibatches are
+    dealt round-robin from the samples grouped by game, so every optimizer step sees the games
+    in equal shares (the generalist). Returns the mean of each metric over optimizer steps
+    (loss, kl, clip_frac, grad_norm, lr, ...)."""
     order = list(range(len(samples)))
     random.Random(seed).shuffle(order)
-    samples = [samples[i] for i in order]
+    samples = sorted((samples[i] for i in order), key=lambda s: s.game)  # stable: still shuffled
     n_mb = min(optim.minibatches, len(samples))
-    size = math.ceil(len(samples) / n_mb)
-    minibatches = _chunks(samples, size)
+    minibatches = [samples[i::n_mb] for i in range(n_mb)]
     micro = optim.micro_batch_size
     # Old log-probs are needed only when the policy moves between minibatches.
     olds = [_logps_no_grad(model, mb, temperature, pad_id, micro, bf16)

@@ -43,8 +43,13 @@ def _fault_pause(where: str, out: Path) -> None:
         time.sleep(3600)
 
 
+def bf16_wanted(setting: str) -> bool:
+    """`on`, `off`, or `auto` (where the CPU/GPU supports bf16 autocast)."""
+    return setting == "on" or (setting == "auto" and bf16_supported())
+
+
 def use_bf16(cfg: Config) -> bool:
-    return cfg.model.bf16 == "on" or (cfg.model.bf16 == "auto" and bf16_supported())
+    return bf16_wanted(cfg.model.bf16)
 
 
 def initial_policy(run_dir: Path) -> str:

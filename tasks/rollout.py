@@ -59,6 +59,10 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
         for name in ("episodes_sample.parquet", "transcripts.md"):  # re-logging overwrites
             log_artifacts(run_dir, out / name, f"iter_{k:04d}")
         metrics = {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
+        if len(cfg.rollout.games) > 1:  # the generalist: each game's curves too
+            for game in cfg.rollout.games:
+                mine = [ep for ep in episodes if ep.game == game]
+                metrics |= {f"rollout/{game}/{key}": v for key, v in rollout_metrics(mine).items()}
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
         return metrics

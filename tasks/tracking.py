@@ -8,6 +8,8 @@ logs a step twice.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import time
 from pathlib import Path
 
@@ -28,13 +30,18 @@ def client_for(run_dir: Path) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri(Path(run_dir).parent))
 
 
-def _experiment_id(client: MlflowClient, name: str, runs_dir: Path) -> str:
+def _experiment_id(client: MlflowClient, name: str, runs_dir: Path | None) -> str:
+    """The experiment's id, created on first use. A local SQLite store keeps its artifacts
+    in `mlartifacts/` beside the database (MLflow's default would be ./mlruns in the CWD)."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
     location = None
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
+    if runs_dir is not None and not os.environ.get("MLFLOW_TRACKING_URI"):
         location = (Path(runs_dir).resolve() / "mlartifacts").as_uri()
+    elif client.tracking_uri.startswith("sqlite:///"):
+        db = Path(client.tracking_uri.removeprefix("sqlite:///"))
+        location = (db.resolve().parent / "mlartifacts").as_uri()
     return client.create_experiment(name, artifact_location=location)
 
 
@@ -134,3 +141,81 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str) -> int
     client.set_registered_model_alias(name, alias, mv.version)
     write_json(done, {"name": name, "version": int(mv.version), "alias": alias, "source": source})
     return int(mv.version)
+
+
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
+
+
+class RegistryError(Exception):
+    """A registered-model URI that cannot be resolved (one-line message)."""
+
+
+def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
+    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local model folder (downloaded
+    once per version into `cache_dir/registry/NAME/vN`)."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    m = MODEL_URI.match(uri)
+    if not m:
+        raise RegistryError(f"bad model URI {uri!r}: use models:/NAME@ALIAS or models:/NAME/VERSION")
+    client = MlflowClient(tracking_uri=tracking)
+    try:
+        mv = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
+              else client.get_model_version(m["name"], m["version"]))
+    except MlflowException as e:
+        raise RegistryError(f"{uri} not found in {tracking}: {str(e).splitlines()[0]}") from None
+    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}"
+    if not (target / "config.json").is_file():
+        tmp = target.with_name(target.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(tmp),
+                                            tracking_uri=tracking)
+        inner = [d for d in tmp.iterdir() if (d / "config.json").is_file()]
+        shutil.rmtree(target, ignore_errors=True)
+        os.rename(inner[0] if inner else tmp, target)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _metric_key(*parts: str) -> str:
+    """MLflow metric names allow letters, digits, `_ - . / space`: `bot:mcts-100` -> `bot_mcts-100`."""
+    return "/".join(re.sub(r"[^\w\-. /]", "_", p) for p in parts)
+
+
+def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
+                  records: list[dict], files: list[Path]) -> str:
+    """One MLflow run for a strategic evaluation (params, per-game normalized returns, the
+    table, radar chart and transcripts) with a nested run per game holding that game's table
+    and per-seat metrics. Returns the parent run id."""
+    import pandas as pd
+
+    from mars_core.evaluation import per_game_normalized
+
+    client = MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    parent = client.create_run(exp, run_name=f"strategic {policy}",
+                               tags={"mars.kind": "strategic-eval", "mars.policy": policy}).info.run_id
+    client.log_batch(parent, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    now = int(time.time() * 1000)
+    scores = per_game_normalized(records)
+    metrics = [Metric(_metric_key("normalized_return", g), v, now, 0) for g, v in scores.items()]
+    metrics.append(Metric("normalized_return/mean", sum(scores.values()) / len(scores), now, 0))
+    client.log_batch(parent, metrics=metrics)
+    client.log_table(parent, pd.DataFrame(records), "strategic_results.json")
+    for f in files:
+        client.log_artifact(parent, str(f))
+    for game in scores:
+        mine = [r for r in records if r["game"] == game]
+        child = client.create_run(exp, run_name=f"strategic {policy} / {game}",
+                                  tags={"mlflow.parentRunId": parent, "mars.kind": "strategic-eval",
+                                        "mars.game": game}).info.run_id
+        client.log_batch(child, metrics=[
+            Metric(_metric_key(r["opponent"], f"seat{r['seat']}", key), float(r[key]), now, 0)
+            for r in mine for key in ("normalized_return", "mean_return", "ci95", "win_rate",
+                                      "draw_rate", "loss_rate", "invalid_rate")])
+        client.log_table(child, pd.DataFrame(mine), f"{game}_results.json")
+        client.set_terminated(child)
+    client.set_terminated(parent)
+    return parent

@@ -108,8 +108,8 @@ def train_step(run_dir: str, k: int) -> dict:
         opt, sched = make_optimizer(model, cfg.optim, cfg.run.iterations * cfg.optim.minibatches)
         load_trainer_state(path, opt, sched)
         frame = pl.read_parquet(stage_dir(run_dir, k, BATCH) / "samples.parquet")
-        samples = [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"])
-                   for r in frame.iter_rows(named=True)]
+        samples = [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"],
+                          r["game"]) for r in frame.iter_rows(named=True)]
         metrics = {}
         if samples:
             metrics = ppo_update(model, ref, opt, sched, samples, cfg.algorithm, cfg.optim,

@@ -1,0 +1,61 @@
+"""The strategic-ability evaluation flow (MARS protocol), top to bottom:
+
+    resolve the policy (embedded, a folder, models:/NAME@ALIAS, or a bot)
+    for each game: play every opponent x seat, n games each, model turns batched
+    write results.json, the radar chart of normalized returns and sample transcripts
+    log them to MLflow (a run with a nested run per game) when a tracking URI is set
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import flow
+
+from mars_core.config import load_strategic_config
+from mars_core.evaluation import per_game_normalized, radar_chart
+from tasks.strategic import evaluate_game, resolve_policy
+from tasks.tracking import log_strategic
+
+
+@flow(name="mars-eval-strategic", log_prints=True)
+def strategic_eval_flow(policy: str = "embedded",
+                        preset: str | None = "configs/eval/mars_strategic_quick.yaml",
+                        games: list[str] | None = None, opponents: list[str] | None = None,
+                        n: int | None = None, seed: int | None = None, out: str = "results.json",
+                        overrides: list[str] | None = None, tracking_uri: str | None = None,
+                        experiment: str = "mars-strategic-eval", runs_dir: str = "runs") -> dict:
+    """Evaluate `policy` on a preset (None: the full MARS suite), optionally narrowed to
+    `games` / `opponents`; write `out` (a JSON list of records) and files beside it."""
+    cfg = load_strategic_config(preset, games, opponents, n, seed, overrides or [])
+    model = resolve_policy(policy, tracking_uri, runs_dir)
+    records, transcripts, tokens = [], [], 0
+    for game in cfg.suite:
+        result = evaluate_game(cfg, game, policy, model)
+        records += result["records"]
+        transcripts.append(result["transcripts"])
+        tokens += result["generated_tokens"]
+    out_path = Path(out)
+    files = [out_path, out_path.with_name(out_path.stem + "_radar.png"),
+             out_path.with_name(out_path.stem + "_transcripts.md")]
+    out_path.write_text(json.dumps(records, indent=1))
+    scores = per_game_normalized(records)
+    radar_chart({policy: scores}, files[1], title=f"normalized return: {policy}")
+    files[2].write_text("\n\n".join(t for t in transcripts if t))
+    summary = ", ".join(f"{g} {v:.1f}" for g, v in scores.items())
+    print(f"normalized return per game ({policy}): {summary}; {tokens} tokens generated")
+    run_id = None
+    if tracking_uri:
+        params = {"policy": policy, "preset": preset or "mars (built in)", **cfg_params(cfg)}
+        run_id = log_strategic(tracking_uri, experiment, policy, params, records, files)
+        print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
+    return {"out": str(out_path), "records": len(records), "normalized": scores,
+            "mlflow_run_id": run_id}
+
+
+def cfg_params(cfg) -> dict:
+    """The evaluation config as flat MLflow params."""
+    flat = {"n": cfg.n, "seed": cfg.seed, "max_context_tokens": cfg.max_context_tokens}
+    flat |= {f"suite.{g}": ",".join(o) for g, o in cfg.suite.items()}
+    flat |= {f"play.{k}": v for k, v in cfg.play.model_dump().items()}
+    return flat

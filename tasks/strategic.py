@@ -1,0 +1,57 @@
+"""Tasks of the strategic-ability evaluation: resolve the policy to a local model, play one
+game's opponents x seats (all concurrently, model turns batched), log the results."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mars_core.config import StrategicConfig
+from mars_core.evaluation import run_suite
+from mars_core.games.bots import is_bot
+from mars_core.models import default_cache_dir, resolve_model
+from mars_core.reports import transcript
+from mars_core.rollout import PromptBuilder, RolloutStats
+from tasks.tracking import download_registered, tracking_uri
+
+
+@task(name="resolve_policy", cache_policy=NO_CACHE)
+def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | None:
+    """A local model folder for a model policy (None for a bot): `embedded`, a checkpoint or
+    model folder, or `models:/NAME@ALIAS` from the registry (`tracking`, else the local store
+    of `runs_dir` that `mars train` registers into)."""
+    if is_bot(policy):
+        return None
+    if policy.startswith("models:/"):
+        store = tracking or tracking_uri(Path(runs_dir))
+        return str(download_registered(policy, store, default_cache_dir()))
+    return str(resolve_model(policy))
+
+
+@task(name="evaluate_game", cache_policy=NO_CACHE)
+def evaluate_game(cfg: StrategicConfig, game: str, policy: str, model: str | None,
+                  transcripts: int = 2) -> dict:
+    """Every opponent x seat of `game` for the policy; returns its records, a few transcripts
+    (Markdown) and generation figures."""
+    engine = prompts = None
+    if model is not None:
+        from mars_core.engines.hf import HFEngine
+        from tasks.common import bf16_wanted
+
+        engine = HFEngine.from_path(model, batch_size=cfg.play.engine_batch_size,
+                                    autocast_bf16=bf16_wanted(cfg.bf16))
+        prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
+                                cfg.max_context_tokens)
+    stats = RolloutStats()
+    records, episodes = run_suite({game: cfg.suite[game]}, policy, engine, prompts,
+                                  cfg.play.sampling(cfg.seed), cfg.n, cfg.seed,
+                                  bot_policy=None if model is not None else policy, stats=stats)
+    picked = episodes[:: max(1, len(episodes) // transcripts)][:transcripts]
+    for r in records:
+        print(f"{game:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
+              f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
+              f"win {r['win_rate']:.2f} draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} "
+              f"invalid {r['invalid_rate']:.2f}")
+    return {"records": records, "transcripts": "\n\n".join(transcript(ep) for ep in picked),
+            "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s}

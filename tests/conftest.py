@@ -54,6 +54,8 @@ def tiny_model_dir(tmp_path_factory, embedded_dir, tokenizer) -> Path:
 @pytest.fixture(scope="session")
 def prefect_api():
     """One Prefect test server for the session; yields its API URL (for subprocesses too)."""
+    import prefect.main  # noqa: F401  (sets up Prefect's log handlers now, on the session's
+    # stderr: set up inside a test using capsys, they would keep writing to its closed stream)
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 

@@ -63,6 +63,12 @@ class RolloutConfig(PlayConfig):
             check_game(g)
         if not self.games:
             raise ValueError("rollout.games is empty")
+        if len(set(self.games)) != len(self.games):
+            raise ValueError("rollout.games names a game twice")
+        if self.episodes_per_iteration % len(self.games):
+            raise ValueError(f"rollout.episodes_per_iteration ({self.episodes_per_iteration}) "
+                             f"must be a multiple of the number of games ({len(self.games)}), "
+                             "so that batches split evenly by game")
         return self
 
 

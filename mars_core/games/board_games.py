@@ -4,11 +4,34 @@ from __future__ import annotations
 from mars_core.games.openspiel_games import OpenSpielGame
 
 
-class TicTacToe(OpenSpielGame):
-    name = "tic_tac_toe"
+class _Board(OpenSpielGame):
+    """What both board games share: marks X (seat 0, moves first) and O, the observation
+    (the opponent's move, the board, the legal actions), a forfeit of -1 and the draw bonus."""
+
     draw_bonus = True
-    pyspiel_name = "tic_tac_toe"
     MARKS = ("X", "O")
+
+    def board(self, state) -> str:
+        raise NotImplementedError
+
+    def observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
+        lines = [f"Opponent ({self.MARKS[p]}) played {a}." for p, a in moves_since]
+        lines += [
+            "Current board:",
+            self.board(state),
+            f"You are {self.MARKS[player]}. Legal actions: "
+            + ", ".join(self.legal_actions(state)),
+            "Answer with exactly one of them inside <answer></answer> tags.",
+        ]
+        return "\n".join(lines)
+
+    def forfeit_return(self, state, player: int) -> float:
+        return -1.0
+
+
+class TicTacToe(_Board):
+    name = "tic_tac_toe"
+    pyspiel_name = "tic_tac_toe"
 
     def action_string(self, state, player: int, action_id: int) -> str:
         row, col = divmod(action_id, 3)
@@ -34,29 +57,13 @@ class TicTacToe(OpenSpielGame):
             "or malformed answer loses the game."
         )
 
-    def observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
-        lines = [f"Opponent ({self.MARKS[p]}) played {a}." for p, a in moves_since]
-        lines += [
-            "Current board:",
-            self.board(state),
-            f"You are {self.MARKS[player]}. Legal actions: "
-            + ", ".join(self.legal_actions(state)),
-            "Answer with exactly one of them inside <answer></answer> tags.",
-        ]
-        return "\n".join(lines)
 
-    def forfeit_return(self, state, player: int) -> float:
-        return -1.0
-
-
-class ConnectFour(OpenSpielGame):
+class ConnectFour(_Board):
     """Connect Four on OpenSpiel's 6x7 board; an action names only the column (0..6, which
     is also OpenSpiel's action id), since the piece falls to the lowest empty cell."""
 
     name = "connect_four"
-    draw_bonus = True
     pyspiel_name = "connect_four"
-    MARKS = ("X", "O")
     COLUMNS = 7
 
     def action_string(self, state, player: int, action_id: int) -> str:
@@ -87,16 +94,3 @@ class ConnectFour(OpenSpielGame):
             "or malformed answer loses the game."
         )
 
-    def observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
-        lines = [f"Opponent ({self.MARKS[p]}) played {a}." for p, a in moves_since]
-        lines += [
-            "Current board:",
-            self.board(state),
-            f"You are {self.MARKS[player]}. Legal actions: "
-            + ", ".join(self.legal_actions(state)),
-            "Answer with exactly one of them inside <answer></answer> tags.",
-        ]
-        return "\n".join(lines)
-
-    def forfeit_return(self, state, player: int) -> float:
-        return -1.0

@@ -21,6 +21,7 @@ def test_overrides_are_typed():
     ("rollout.temperature=hot", "rollout.temperature"),
     ("run.iterations=0", "run.iterations"),
     ("rollout.games=[chess]", "unknown game 'chess'"),
+    ("rollout.games=[tic_tac_toe,kuhn_poker,mini_hanabi]", "must be a multiple of the number of games (3)"),
     ("algorithm.estimator=ppo", "unknown advantage estimator 'ppo'"),
     ("evaluation.opponents.tic_tac_toe=bot:alphazero", "unknown bot 'bot:alphazero'; choose one of"),
     ("evaluation.opponents.connect_four=bot:nash", "does not fit connect_four"),

@@ -54,15 +54,35 @@ def test_self_play_cell_reports_every_seat_from_one_set_of_games():
     assert cells[0].seats == (0, 1)
 
 
-def test_prefect_yaml_deployments_point_at_the_flow():
+def test_prefect_yaml_deployments_point_at_the_flows():
     from prefect.flows import load_flow_from_entrypoint
 
+    from mars_core.config import load_config, load_strategic_config
+
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    names = set()
     for dep in spec["deployments"]:
         path, name = dep["entrypoint"].split(":")
         flow = load_flow_from_entrypoint(f"{REPO / path}:{name}")
-        assert flow.name == "mars-train"
-        assert (REPO / dep["parameters"]["config"]).is_file()
+        names.add(flow.name)
+        params = dep["parameters"]
+        assert set(params) <= set(flow.parameters.properties)  # no misspelled parameter
+        if flow.name == "mars-train":
+            load_config(REPO / params["config"])
+        else:
+            load_strategic_config(REPO / params["preset"])
+    assert names == {"mars-train", "mars-eval-strategic"}
+
+
+def test_mars_preset_is_the_papers_suite():
+    from mars_core.config import load_strategic_config
+
+    cfg = load_strategic_config(REPO / "configs/eval/mars_strategic.yaml")
+    assert cfg.n == 1000 and cfg.suite == load_strategic_config(None).suite
+    assert cfg.suite["tic_tac_toe"] == ("bot:mcts-100", "bot:mcts-1000")
+    assert cfg.suite["connect_four"] == ("bot:mcts-10", "bot:mcts-100")
+    quick = load_strategic_config(REPO / "configs/eval/mars_strategic_quick.yaml")
+    assert set(quick.suite) == set(cfg.suite) and quick.n < 10
 
 
 def test_kuhn_nash_self_play_gives_the_first_player_minus_one_eighteenth():

@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test smoke bench prefect-ui mlflow-ui clean
+.PHONY: setup demo test smoke eval-quick bench prefect-ui mlflow-ui clean
 
 setup: $(STAMP)
 
@@ -24,11 +24,20 @@ demo: setup
 smoke: setup
 	$(VENV)/bin/mars train --config configs/smoke.yaml --run-name $(or $(RUN),smoke)
 
+# The quick strategic check of a policy (POLICY=runs/demo/iter_0003/save_checkpoint, or
+# models:/mars-tic-tac-toe@candidate), logged into the same MLflow store as training.
+eval-quick: setup
+	mkdir -p runs
+	$(VENV)/bin/mars eval strategic --policy '$(or $(POLICY),embedded)' \
+	    --preset configs/eval/mars_strategic_quick.yaml --out runs/strategic_quick.json \
+	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
+
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: setup
 	$(PY) bench/rollout_bench.py
+	$(PY) bench/opponents_bench.py
 
 prefect-ui: setup
 	$(VENV)/bin/prefect server start

@@ -1,10 +1,10 @@
 """MARS per-turn rewards (SPEC section 2), computed after the episode from what it recorded.
 
 game reward: the engine's step rewards credited to the player's own last turn (done during
-play), plus `draw` on a drawn board game's last turn of each seat (not a split pot or a partial Hanabi score), scaled per game (`game_scale`,
-e.g. Tic-Tac-Toe x2 in multi-game training); format: +valid_action for a valid move,
-invalid_action (-10) for the reply that broke the rules (its forfeit loss is already in the game
-reward); length: `-alpha * max(0, (L - l_max) / (l_max - l_min))` on the reply's token count.
+play), plus `draw` on a drawn board game's last turn of each seat (not on a split pot or a
+partial Hanabi score), scaled per game (`game_scale`, e.g. Tic-Tac-Toe x2 in multi-game
+training); format: +valid_action for a valid move, invalid_action (-10) for the reply that
+broke the rules (its forfeit loss is already in the game reward); length: `-alpha * max(0, (L - l_max) / (l_max - l_min))` on the reply's token count.
 """
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from mars_core.evaluation import run_suite
 from mars_core.reports import transcript
 from mars_core.stages import write_json
-from mars_core.evaluation import run_suite
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
 from tasks.paths import read_config
 from tasks.rollout import write_episodes

@@ -13,6 +13,7 @@ from mars_core.games.bots import is_bot
 from mars_core.models import default_cache_dir, resolve_model
 from mars_core.reports import transcript
 from mars_core.rollout import PromptBuilder, RolloutStats
+from tasks.common import bf16_wanted
 from tasks.tracking import download_registered, tracking_uri
 
 
@@ -37,7 +38,6 @@ def evaluate_game(cfg: StrategicConfig, game: str, policy: str, model: str | Non
     engine = prompts = None
     if model is not None:
         from mars_core.engines.hf import HFEngine
-        from tasks.common import bf16_wanted
 
         engine = HFEngine.from_path(model, batch_size=cfg.play.engine_batch_size,
                                     autocast_bf16=bf16_wanted(cfg.bf16))

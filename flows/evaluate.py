@@ -1,7 +1,7 @@
 """The strategic-ability evaluation flow (MARS protocol), top to bottom:
 
     resolve the policy (embedded, a folder, models:/NAME@ALIAS, or a bot)
-    for each game: play every opponent x seat, n games each, model turns batched
+    play every game x opponent x seat, n games each, all at once (model turns batched)
     write results.json, the radar chart of normalized returns and sample transcripts
     log them to MLflow (a run with a nested run per game) when a tracking URI is set
 """
@@ -14,7 +14,7 @@ from prefect import flow
 
 from mars_core.config import load_strategic_config
 from mars_core.evaluation import per_game_normalized, radar_chart
-from tasks.strategic import evaluate_game, resolve_policy
+from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
 
 
@@ -29,21 +29,18 @@ def strategic_eval_flow(policy: str = "embedded",
     `games` / `opponents`; write `out` (a JSON list of records) and files beside it."""
     cfg = load_strategic_config(preset, games, opponents, n, seed, overrides or [])
     model = resolve_policy(policy, tracking_uri, runs_dir)
-    records, transcripts, tokens = [], [], 0
-    for game in cfg.suite:
-        result = evaluate_game(cfg, game, policy, model)
-        records += result["records"]
-        transcripts.append(result["transcripts"])
-        tokens += result["generated_tokens"]
+    result = evaluate_suite(cfg, policy, model)
+    records = result["records"]
     out_path = Path(out)
     files = [out_path, out_path.with_name(out_path.stem + "_radar.png"),
              out_path.with_name(out_path.stem + "_transcripts.md")]
     out_path.write_text(json.dumps(records, indent=1))
     scores = per_game_normalized(records)
     radar_chart({policy: scores}, files[1], title=f"normalized return: {policy}")
-    files[2].write_text("\n\n".join(t for t in transcripts if t))
+    files[2].write_text(result["transcripts"])
     summary = ", ".join(f"{g} {v:.1f}" for g, v in scores.items())
-    print(f"normalized return per game ({policy}): {summary}; {tokens} tokens generated")
+    print(f"normalized return per game ({policy}): {summary}; "
+          f"{result['generated_tokens']} tokens generated")
     run_id = None
     if tracking_uri:
         params = {"policy": policy, "preset": preset or "mars (built in)", **cfg_params(cfg)}

@@ -107,13 +107,13 @@ def suite_specs(suite: dict[str, list[str] | tuple[str, ...]], policy: str, n: i
 def seat_record(game: str, policy: str, opponent: str, seat: int,
                 episodes: list[Episode]) -> dict:
     """The record of one seat over its games (rates are fractions; CI is the 95% half-width)."""
-    n = len(episodes)
-    team = make_game(game).cooperative  # one shared score: a game lost on a rule error is 0
-    returns = [min(ep.returns) if team else ep.returns[seat] for ep in episodes]
+    n, adapter = len(episodes), make_game(game)
+    # cooperative: one shared score, and a game lost on a rule error scores 0
+    returns = [min(ep.returns) if adapter.cooperative else ep.returns[seat] for ep in episodes]
     mean, ci = mean_ci95(returns)
     rate = {k: sum(ep.outcomes[seat] == k for ep in episodes) / n if n else 0.0
             for k in ("win", "draw", "loss", "invalid")}
-    lo, hi = make_game(game).utility_range()
+    lo, hi = adapter.utility_range()
     return {"game": game, "policy": policy, "opponent": opponent, "seat": seat, "n": n,
             "mean_return": mean, "ci95": ci, "win_rate": rate["win"], "draw_rate": rate["draw"],
             "loss_rate": rate["loss"], "invalid_rate": rate["invalid"],

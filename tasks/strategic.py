@@ -1,5 +1,5 @@
-"""Tasks of the strategic-ability evaluation: resolve the policy to a local model, play one
-game's opponents x seats (all concurrently, model turns batched), log the results."""
+"""Tasks of the strategic-ability evaluation: resolve the policy to a local model, then play
+the whole suite concurrently (model turns of all games batched)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,11 +30,12 @@ def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | No
     return str(resolve_model(policy))
 
 
-@task(name="evaluate_game", cache_policy=NO_CACHE)
-def evaluate_game(cfg: StrategicConfig, game: str, policy: str, model: str | None,
-                  transcripts: int = 2) -> dict:
-    """Every opponent x seat of `game` for the policy; returns its records, a few transcripts
-    (Markdown) and generation figures."""
+@task(name="evaluate_suite", cache_policy=NO_CACHE)
+def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
+                   transcripts_per_game: int = 2) -> dict:
+    """Every game x opponent x seat of the suite for the policy, all games at once (one model
+    load, every pending model turn of every game in one engine call). Returns the records, a
+    few transcripts per game (Markdown) and generation figures."""
     engine = prompts = None
     if model is not None:
         from mars_core.engines.hf import HFEngine
@@ -44,14 +45,18 @@ def evaluate_game(cfg: StrategicConfig, game: str, policy: str, model: str | Non
         prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
                                 cfg.max_context_tokens)
     stats = RolloutStats()
-    records, episodes = run_suite({game: cfg.suite[game]}, policy, engine, prompts,
-                                  cfg.play.sampling(cfg.seed), cfg.n, cfg.seed,
-                                  bot_policy=None if model is not None else policy, stats=stats)
-    picked = episodes[:: max(1, len(episodes) // transcripts)][:transcripts]
+    records, episodes = run_suite(cfg.suite, policy, engine, prompts, cfg.play.sampling(cfg.seed),
+                                  cfg.n, cfg.seed, bot_policy=None if model is not None else policy,
+                                  stats=stats)
+    texts = []
+    for game in cfg.suite:
+        mine = [ep for ep in episodes if ep.game == game]
+        picked = mine[:: max(1, len(mine) // transcripts_per_game)][:transcripts_per_game]
+        texts += [transcript(ep) for ep in picked]
     for r in records:
-        print(f"{game:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
+        print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
               f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
               f"win {r['win_rate']:.2f} draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} "
               f"invalid {r['invalid_rate']:.2f}")
-    return {"records": records, "transcripts": "\n\n".join(transcript(ep) for ep in picked),
+    return {"records": records, "transcripts": "\n\n".join(texts),
             "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s}

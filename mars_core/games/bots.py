@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from mars_core.games.base import GameAdapter
+from mars_core.games.registry import make_game
 
 _MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
 SELF = "self"
@@ -38,8 +39,6 @@ def check_bot_spec(spec: str) -> None:
 
 def check_opponent(spec: str, game: str) -> None:
     """Raise ValueError when `spec` is no opponent, or one that does not fit `game`."""
-    from mars_core.games.registry import make_game
-
     if spec != SELF and not is_bot(spec):
         raise ValueError(f"unknown opponent {spec!r}; choose one of: {', '.join(OPPONENT_SPECS)}")
     if spec == SELF:

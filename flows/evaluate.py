@@ -1,7 +1,7 @@
 """The strategic-ability evaluation flow (MARS protocol), top to bottom:
 
     resolve the policy (embedded, a folder, models:/NAME@ALIAS, or a bot)
-    play every game x opponent x seat, n games each, all at once (model turns batched)
+    play every game x opponent x seat, n games each (a game's games at once, model turns batched)
     write results.json, the radar chart of normalized returns and sample transcripts
     log them to MLflow (a run with a nested run per game) when a tracking URI is set
 """

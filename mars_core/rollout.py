@@ -2,12 +2,16 @@
 
 `play_episodes` is the only game loop in the project: training rollouts, evaluation against
 bots and the synthetic warm-up data all go through it. Seats are agents: "policy" (sampled from
-the engine) or a bot spec. A model reply can never crash a game: whatever its shape, it is
-parsed strictly and an invalid reply ends the episode with a typed error.
+the engine) or a bot spec. Every reply, the model's or a bot's, passes the Action Validator
+(`mars_core.validator`) before the game sees it, so a model reply can never crash a game: an
+invalid reply ends the episode with a typed error (`parsing_failure` or `invalid_action`).
+Sampling can differ per game (`per_game`), e.g. In2AI's per-game temperatures.
 """
 from __future__ import annotations
 
+import json
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
@@ -17,6 +21,7 @@ from mars_core.games import base as gb
 from mars_core.games.bots import is_bot, make_bot
 from mars_core.games.registry import make_game
 from mars_core.types import Completion, Episode, SamplingParams, Turn
+from mars_core.validator import validate
 
 PREFILLS = {"answer": "<answer>", "think": "<think>\n", "none": ""}
 
@@ -87,20 +92,20 @@ def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
     else:
         convo = [g.messages[p][0], user]
     ids = prompts.prompt_ids(convo) if prompts is not None else []
-    return {"player": p, "observation": obs, "prompt_ids": ids, "legal": g.adapter.legal_actions(g.state)}
+    return {"player": p, "observation": obs, "prompt_ids": ids}
 
 
-def _record(g: _Live, t: dict, reply: str, action: str | None, error: str,
+def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed,
             completion: Completion | None, prompts: PromptBuilder | None) -> None:
-    p = t["player"]
+    p, action, error = t["player"], verdict.action, verdict.error
     turn = {
         "episode_id": g.spec.episode_id, "game": g.spec.game, "turn": len(g.turns),
-        "player": p, "role": g.adapter.role(p), "agent": g.spec.agents[p],
+        "player": p, "role": g.adapter.seat_role(g.state, p), "agent": g.spec.agents[p],
         "observation": t["observation"], "prompt_ids": tuple(t["prompt_ids"]),
         "completion_ids": tuple(completion.token_ids) if completion else (),
         "logprobs": tuple(completion.logprobs) if completion else (),
         "reply": reply, "action": action or "", "valid": not error, "error": error,
-        "game_reward": g.unclaimed[p],
+        "error_detail": verdict.detail, "game_reward": g.unclaimed[p],
     }
     g.unclaimed[p] = 0.0
     g.last_turn_of[p] = len(g.turns)
@@ -113,7 +118,9 @@ def _record(g: _Live, t: dict, reply: str, action: str | None, error: str,
     for q in range(g.adapter.num_players):
         if q != p:
             g.moves_since[q].append((p, action))
-    rewards = g.adapter.apply(g.state, t["legal"][action])
+    rewards, info = g.adapter.play(g.state, action)
+    if info:
+        turn["info"] = json.dumps(info, sort_keys=True)
     for q, r in enumerate(rewards):
         _credit(g, q, r)
 
@@ -124,15 +131,6 @@ def _credit(g: _Live, player: int, reward: float) -> None:
         g.turns[g.last_turn_of[player]]["game_reward"] += reward
     else:
         g.unclaimed[player] += reward
-
-
-def _judge(reply: str, completion: Completion, legal: dict[str, int]) -> tuple[str | None, str]:
-    if completion.finish_reason == "context_overflow":
-        return None, gb.CONTEXT_OVERFLOW
-    if completion.finish_reason == "length":
-        return None, gb.TRUNCATED
-    parsed = gb.parse_reply(reply, set(legal))
-    return parsed.action, parsed.error
 
 
 def _finish(g: _Live) -> Episode:
@@ -147,8 +145,10 @@ def _finish(g: _Live) -> Episode:
         returns = a.returns(g.state)
         outcomes = tuple(a.outcome(returns, p) for p in range(n))
     turns = tuple(Turn(**t) for t in g.turns)
+    info = a.final_info(g.state)
     return Episode(g.spec.episode_id, g.spec.game, g.spec.seed, g.spec.agents,
-                   tuple(float(r) for r in returns), outcomes, g.error_player, g.error, turns)
+                   tuple(float(r) for r in returns), outcomes, g.error_player, g.error,
+                   json.dumps(info, sort_keys=True) if info else "", turns)
 
 
 def _advance_bots(g: _Live, prompts: PromptBuilder | None, record_bot_prompts: bool) -> dict | None:
@@ -158,10 +158,12 @@ def _advance_bots(g: _Live, prompts: PromptBuilder | None, record_bot_prompts: b
         t = _observe(g, prompts if (record_bot_prompts or not is_bot(g.spec.agents[p])) else None)
         if not is_bot(g.spec.agents[p]):
             return t
-        action_id = g.bots[p].act(g.adapter, g.state)
-        action = next(s for s, i in t["legal"].items() if i == action_id)
-        reply = gb.format_answer(action)
-        _record(g, t, reply, action, "", None, prompts if record_bot_prompts else None)
+        choice = g.bots[p].act(g.adapter, g.state)  # OpenSpiel bots answer with action ids
+        if not isinstance(choice, str):
+            choice = g.adapter.action_string(g.state, p, choice)
+        reply = gb.format_answer(choice)
+        _record(g, t, reply, validate(g.adapter, g.state, reply), None,
+                prompts if record_bot_prompts else None)
     return None
 
 
@@ -178,8 +180,10 @@ class RolloutStats:
 
 def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: PromptBuilder | None,
                   sampling: SamplingParams, *, record_bot_prompts: bool = False,
-                  progress: bool = True, stats: RolloutStats | None = None) -> list[Episode]:
-    """Play every spec to the end, concurrently; returns the episodes in spec order."""
+                  progress: bool = True, stats: RolloutStats | None = None,
+                  per_game: dict[str, SamplingParams] | None = None) -> list[Episode]:
+    """Play every spec to the end, concurrently; returns the episodes in spec order.
+    `per_game` replaces `sampling` for the games it names."""
     live = [_start(s) for s in specs]
     done: dict[int, Episode] = {}
     stats = stats if stats is not None else RolloutStats()
@@ -197,11 +201,19 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: Prom
                 pending.append((g, t))
         if not pending:
             break
-        completions = _generate(engine, prompts, sampling, [t for _, t in pending], stats)
+        by_params: dict[SamplingParams, list[int]] = defaultdict(list)
+        for i, (g, _) in enumerate(pending):
+            by_params[(per_game or {}).get(g.spec.game, sampling)].append(i)
+        completions: list[Completion | None] = [None] * len(pending)
+        for params, idx in by_params.items():  # one engine call per sampling setting
+            got = _generate(engine, prompts, params, [pending[i][1] for i in idx], stats)
+            for i, c in zip(idx, got):
+                completions[i] = c
         for (g, t), c in zip(pending, completions):
+            params = (per_game or {}).get(g.spec.game, sampling)
             reply = prompts.prefill + c.text
-            action, error = _judge(reply, c, t["legal"])
-            _record(g, t, reply, action, error, c, prompts)
+            verdict = validate(g.adapter, g.state, reply, c.finish_reason, params.max_new_tokens)
+            _record(g, t, reply, verdict, c, prompts)
     bar.close()
     return [done[i] for i in range(len(live))]
 

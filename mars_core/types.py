@@ -18,6 +18,7 @@ class SamplingParams:
     temperature: float = 0.6
     top_p: float = 0.99
     top_k: int = 100
+    min_p: float = 0.0  # keep tokens with probability >= min_p x the most likely one's
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ()
     seed: int = 0
@@ -52,9 +53,13 @@ class Turn:
     completion_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
     reply: str = ""
-    action: str = ""  # the parsed action string ("" when invalid)
+    action: str = ""  # the extracted action string ("" when invalid)
     valid: bool = True
-    error: str = ""  # "", "parse_error", "illegal_action", "truncated", "context_overflow"
+    error: str = ""  # "", "parsing_failure" or "invalid_action" (games.base)
+    error_detail: str = ""  # what was wrong, one line (e.g. "truncated: ...")
+    info: str = ""  # JSON: the step's game facts (a round's result, a guess's colour, ...)
+    eligible: bool = True  # set by filter_steps: whether the step may be trained on
+    gate_reason: str = ""  # why it may not (filter_steps' reason names)
     game_reward: float = 0.0
     format_reward: float = 0.0
     length_reward: float = 0.0
@@ -75,6 +80,7 @@ class Episode:
     outcomes: tuple[str, ...]
     error_player: int = -1  # the seat whose invalid reply ended the game, -1 if none
     error: str = ""
+    info: str = ""  # JSON: the finished game's facts (teams, scores, roles) for post-processing
     turns: tuple[Turn, ...] = field(default=())
 
 
@@ -83,14 +89,15 @@ TURN_SCHEMA = {
     "role": pl.Utf8, "agent": pl.Utf8, "observation": pl.Utf8,
     "prompt_ids": pl.List(pl.Int64), "completion_ids": pl.List(pl.Int64),
     "logprobs": pl.List(pl.Float64), "reply": pl.Utf8, "action": pl.Utf8,
-    "valid": pl.Boolean, "error": pl.Utf8, "game_reward": pl.Float64,
+    "valid": pl.Boolean, "error": pl.Utf8, "error_detail": pl.Utf8, "info": pl.Utf8,
+    "eligible": pl.Boolean, "gate_reason": pl.Utf8, "game_reward": pl.Float64,
     "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,
 }
 
 EPISODE_SCHEMA = {
     "episode_id": pl.Utf8, "game": pl.Utf8, "seed": pl.Int64, "agents": pl.List(pl.Utf8),
     "returns": pl.List(pl.Float64), "outcomes": pl.List(pl.Utf8),
-    "error_player": pl.Int64, "error": pl.Utf8,
+    "error_player": pl.Int64, "error": pl.Utf8, "info": pl.Utf8,
 }
 
 

@@ -170,7 +170,8 @@ class _Sequence:
 
 
 def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):
-    """Sample from one row of logits: temperature, then top-k, then top-p (nucleus).
+    """Sample from one row of logits: temperature, then top-k, then top-p (nucleus), then
+    min-p (drop tokens less likely than min_p x the most likely one).
 
     Returns (token, log-prob under the untruncated tempered softmax). One uniform draw per
     token (inverse CDF), so the generator advances identically whatever the filters keep."""
@@ -185,6 +186,8 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
         keep = probs.cumsum(-1) - probs < params.top_p  # mass of more likely tokens < top_p
         keep[0] = True  # the most likely token always survives, even for top_p <= 0
         probs = torch.where(keep, probs, torch.zeros_like(probs))
+    if params.min_p > 0:
+        probs = torch.where(probs >= params.min_p * probs[0], probs, torch.zeros_like(probs))
     cdf = probs.cumsum(-1)
     u = torch.rand((1,), generator=gen, dtype=cdf.dtype) * cdf[-1]
     pick = min(int(torch.searchsorted(cdf, u, right=True)), k - 1)

@@ -6,16 +6,17 @@ it creates is passed back in, so one adapter serves any number of concurrent gam
 """
 from __future__ import annotations
 
+import random
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-# Error types recorded on a turn that ended the game.
-PARSE_ERROR = "parse_error"
-ILLEGAL_ACTION = "illegal_action"
-TRUNCATED = "truncated"
-CONTEXT_OVERFLOW = "context_overflow"
+# The two error types of a turn that ended the game (SPEC section 5): the reply did not have
+# the reasoning template or the action's format (a parsing failure), or it named an action
+# the game's rules forbid (an invalid action). `Parsed.detail` says what exactly was wrong.
+PARSING_FAILURE = "parsing_failure"
+INVALID_ACTION = "invalid_action"
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -23,35 +24,54 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 @dataclass(frozen=True)
 class Parsed:
-    action: str | None  # the legal action string, or None when the reply is invalid
-    error: str = ""  # "", PARSE_ERROR or ILLEGAL_ACTION
+    action: str | None  # the action string, or None when the reply is invalid
+    error: str = ""  # "", PARSING_FAILURE or INVALID_ACTION
+    detail: str = ""  # one line: what was wrong (empty when valid)
+
+
+def extract_answer(reply: str) -> Parsed:
+    """The reasoning template: `free reasoning <answer>ACTION</answer>` with nothing after it.
+
+    Exactly one answer tag pair; an optional `<think>...</think>` block must be closed before
+    the answer. Returns the ACTION text (surrounding whitespace stripped) as `action`, or a
+    parsing failure naming the problem. Never raises.
+    """
+    if not isinstance(reply, str):
+        return Parsed(None, PARSING_FAILURE, "the reply is not text")
+    n_open, n_close = reply.count(_OPEN), reply.count(_CLOSE)
+    if n_open != 1 or n_close != 1:
+        return Parsed(None, PARSING_FAILURE,
+                      f"expected one {_OPEN}...{_CLOSE} pair, found {n_open} open and {n_close} close tags")
+    head, _, rest = reply.partition(_OPEN)
+    inner, _, tail = rest.partition(_CLOSE)
+    if _CLOSE in head:
+        return Parsed(None, PARSING_FAILURE, f"{_CLOSE} before {_OPEN}")
+    if tail.strip():
+        return Parsed(None, PARSING_FAILURE, f"text after {_CLOSE}")
+    if head.count(_THINK_OPEN) > 1 or head.count(_THINK_OPEN) != head.count(_THINK_CLOSE) or (
+            _THINK_OPEN in head and head.index(_THINK_OPEN) > head.index(_THINK_CLOSE)):
+        return Parsed(None, PARSING_FAILURE, "unbalanced <think> block before the answer")
+    if _THINK_OPEN in inner or _THINK_CLOSE in inner or _THINK_OPEN in tail:
+        return Parsed(None, PARSING_FAILURE, "<think> tag inside or after the answer")
+    return Parsed(inner.strip())
 
 
 def parse_reply(reply: str, legal_actions: list[str] | set[str]) -> Parsed:
-    """Strictly parse `free reasoning <answer>ACTION</answer>` with nothing after it.
+    """Strictly parse a reply against a list of legal action strings: the reasoning template
+    (`extract_answer`), then ACTION must equal a legal action. A well-formed answer naming an
+    action that is not legal is an invalid action. Never raises."""
+    got = extract_answer(reply)
+    if got.action is None:
+        return got
+    if got.action in legal_actions:
+        return got
+    return Parsed(None, INVALID_ACTION, f"{clip(got.action)!r} is not a legal action")
 
-    Exactly one answer tag pair; an optional `<think>...</think>` block must be closed before
-    the answer; ACTION (surrounding whitespace ignored) must equal a legal action string. Any
-    other shape (empty, several answers, nested or unclosed tags, text after the answer) is a
-    parse error; a well-formed answer naming an action that is not legal is an illegal action.
-    Never raises.
-    """
-    if not isinstance(reply, str) or reply.count(_OPEN) != 1 or reply.count(_CLOSE) != 1:
-        return Parsed(None, PARSE_ERROR)
-    head, _, rest = reply.partition(_OPEN)
-    inner, _, tail = rest.partition(_CLOSE)
-    if tail.strip() or _CLOSE in head:
-        return Parsed(None, PARSE_ERROR)
-    if head.count(_THINK_OPEN) > 1 or head.count(_THINK_OPEN) != head.count(_THINK_CLOSE):
-        return Parsed(None, PARSE_ERROR)
-    if _THINK_OPEN in head and head.index(_THINK_OPEN) > head.index(_THINK_CLOSE):
-        return Parsed(None, PARSE_ERROR)
-    if _THINK_OPEN in inner or _THINK_CLOSE in inner or _THINK_OPEN in tail:
-        return Parsed(None, PARSE_ERROR)
-    action = inner.strip()
-    if action in legal_actions:
-        return Parsed(action, "")
-    return Parsed(None, ILLEGAL_ACTION)
+
+def clip(text: str, limit: int = 60) -> str:
+    """A short one-line excerpt of untrusted text for error details."""
+    text = _WS.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_answer(action: str) -> str:
@@ -116,6 +136,39 @@ class GameAdapter(ABC):
     @abstractmethod
     def clone(self, state: Any) -> Any: ...
 
+    # -- hooks with OpenSpiel defaults (TextArena adapters override them) -------------------
+    def check_action(self, state: Any, text: str) -> Parsed:
+        """The action format and the game's rules for the ACTION text of the player to move:
+        `Parsed(action)` when it may be played, else a parsing failure (not shaped like an
+        action of this game) or an invalid action (shaped right, forbidden by the rules).
+        Must never raise, whatever `text` is."""
+        if not _ANGLE.fullmatch(text):
+            return Parsed(None, PARSING_FAILURE,
+                          f"{clip(text)!r} is not an action of the form <...>")
+        if text in self.legal_actions(state):
+            return Parsed(text)
+        return Parsed(None, INVALID_ACTION, f"{clip(text)!r} is not a legal action")
+
+    def play(self, state: Any, action: str) -> tuple[list[float], dict]:
+        """Apply a checked action; return each seat's reward and the step's facts (a dict the
+        post-episode stages read, e.g. a Blotto round's result; empty for OpenSpiel games)."""
+        return self.apply(state, self.legal_actions(state)[action]), {}
+
+    def random_action(self, state: Any, rng: random.Random) -> str:
+        """A uniformly random valid action of the player to move (`bot:random`)."""
+        legal = self.legal_actions(state)
+        by_id = {i: s for s, i in legal.items()}
+        return by_id[rng.choice(sorted(by_id))]
+
+    def seat_role(self, state: Any, player: int) -> str:
+        """The role of a seat in this episode (secret roles such as Mafia's are drawn per
+        episode); the advantage grouping key."""
+        return self.role(player)
+
+    def final_info(self, state: Any) -> dict:
+        """Facts about the finished game the post-episode stages need (teams, scores)."""
+        return {}
+
     def outcome(self, returns: list[float], player: int) -> str:
         """win / draw / loss for a finished game without rule errors (zero-sum default)."""
         mine, best = returns[player], max(returns)
@@ -126,6 +179,7 @@ class GameAdapter(ABC):
 
 
 _WS = re.compile(r"\s+")
+_ANGLE = re.compile(r"<[^<>\n]{1,200}>")
 
 
 def one_line(text: str, limit: int = 120) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from mars_core.config import RewardsConfig
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
-from mars_core.games.base import ILLEGAL_ACTION, PARSE_ERROR, format_answer, parse_reply
+from mars_core.games.base import INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR, format_answer, parse_reply
 from mars_core.games.registry import GAMES, make_game
 from mars_core.rewards import assign_rewards
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes

@@ -1,6 +1,6 @@
 import pytest
 
-from mars_core.games.base import ILLEGAL_ACTION, PARSE_ERROR, parse_reply
+from mars_core.games.base import INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR, parse_reply
 
 LEGAL = {"<X(0,0)>", "<X(1,1)>", "<X(2,2)>"}
 

@@ -10,7 +10,7 @@ from mars_core.types import Episode, Turn
 def _turn(i, player, game_reward=0.0, valid=True, n_tokens=5):
     return Turn(episode_id="e", game="tic_tac_toe", turn=i, player=player, role=f"player_{player}",
                 agent="policy", observation="", completion_ids=tuple(range(n_tokens)),
-                valid=valid, error="" if valid else "illegal_action", game_reward=game_reward)
+                valid=valid, error="" if valid else "invalid_action", game_reward=game_reward)
 
 
 def _episode(turns, outcomes, returns):

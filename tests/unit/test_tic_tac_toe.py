@@ -71,23 +71,26 @@ def test_invalid_reply_ends_game_with_penalties(tokenizer):
     engine = ScriptedEngine(tokenizer, lambda _: next(replies))
     ep, = play_episodes([EpisodeSpec("e", "tic_tac_toe", 0, ("policy", "policy"))], engine,
                         prompts, PARAMS, progress=False)
-    assert ep.error == "parse_error" and ep.error_player == 1
+    assert ep.error == "parsing_failure" and ep.error_player == 1
     assert ep.outcomes == ("other_invalid", "invalid") and ep.returns == (0.0, -1.0)
     ep = assign_rewards(ep, RewardsConfig())
     assert [t.reward for t in ep.turns] == pytest.approx([0.05, -11.0])
 
 
-@pytest.mark.parametrize("reply,error", [
-    ("<O(0,0)></answer>", "illegal_action"), ("</answer></answer>", "parse_error"),
-    ("<X(0,0)></answer><answer>", "parse_error"), ("", "parse_error"),
-    ("\U0001F600" * 50, "truncated"),
+@pytest.mark.parametrize("reply,error,detail", [
+    ("<O(0,0)></answer>", "invalid_action", "not a legal action"),
+    ("O(0,0)</answer>", "parsing_failure", "not an action of the form"),
+    ("</answer></answer>", "parsing_failure", "expected one"),
+    ("<X(0,0)></answer><answer>", "parsing_failure", "expected one"), ("", "parsing_failure", ""),
+    ("\U0001F600" * 50, "parsing_failure", "truncated"),
 ])
-def test_any_reply_shape_is_an_invalid_action_not_a_crash(tokenizer, reply, error):
+def test_any_reply_shape_is_an_invalid_action_not_a_crash(tokenizer, reply, error, detail):
     prompts = PromptBuilder(tokenizer, "answer")
     engine = ScriptedEngine(tokenizer, lambda _: reply)
     ep, = play_episodes([EpisodeSpec("e", "tic_tac_toe", 0, ("policy", "policy"))], engine,
                         prompts, PARAMS, progress=False)
     assert ep.error == error and ep.error_player == 0 and len(ep.turns) == 1
+    assert detail in ep.turns[0].error_detail and ep.turns[0].error == error
 
 
 def test_context_overflow_is_invalid(tokenizer):
@@ -95,7 +98,8 @@ def test_context_overflow_is_invalid(tokenizer):
     engine = ScriptedEngine(tokenizer, random_reply())
     ep, = play_episodes([EpisodeSpec("e", "tic_tac_toe", 0, ("policy", "policy"))], engine,
                         prompts, PARAMS, progress=False)
-    assert ep.error == "context_overflow" and engine.calls == []
+    assert ep.error == "parsing_failure" and engine.calls == []
+    assert ep.turns[0].error_detail.startswith("context overflow")
 
 
 def test_other_players_move_ending_the_game_credits_loser(tokenizer):

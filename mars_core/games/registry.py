@@ -1,4 +1,4 @@
-"""The six MARS games by name. Adapter classes are imported on first use, so naming a game
+"""The games by name: the six MARS (OpenSpiel) games and the four MindGames (TextArena) ones. Adapter classes are imported on first use, so naming a game
 (config validation, `--games` checks) costs nothing, and adapters are built once and shared:
 they hold no per-episode state."""
 from __future__ import annotations
@@ -16,9 +16,15 @@ GAMES: dict[str, tuple[str, str]] = {
     "connect_four": ("mars_core.games.board_games", "ConnectFour"),
     "leduc_poker": ("mars_core.games.poker", "LeducPoker"),
     "simple_hanabi": ("mars_core.games.hanabi", "SimpleHanabi"),
+    "colonel_blotto": ("mars_core.games.blotto", "ColonelBlotto"),
+    "three_player_ipd": ("mars_core.games.ipd", "ThreePlayerIPD"),
+    "codenames": ("mars_core.games.codenames", "Codenames"),
+    "secret_mafia": ("mars_core.games.mafia", "SecretMafia"),
 }
 TRAIN_GAMES = ("tic_tac_toe", "kuhn_poker", "mini_hanabi")
 HELD_OUT_GAMES = ("connect_four", "leduc_poker", "simple_hanabi")
+MARS_GAMES = TRAIN_GAMES + HELD_OUT_GAMES  # OpenSpiel
+MINDGAMES = ("colonel_blotto", "three_player_ipd", "codenames", "secret_mafia")  # TextArena
 
 
 def check_game(name: str) -> None:

@@ -2,8 +2,8 @@
 
     prepare_policy (base model, format warm-up) -> evaluate the start policy
     for each iteration k:
-        generate_rollouts -> assign_rewards -> compute_advantages -> train_step
-        -> save_checkpoint -> (every k) evaluate
+        generate_rollouts -> build_players -> filter_steps -> assign_rewards
+        -> compute_advantages -> train_step -> save_checkpoint -> (every k) evaluate
     register the final checkpoint (alias `candidate`)
 
 Every stage is resumable: running the flow again on the same run directory skips finished
@@ -20,7 +20,7 @@ from tasks.batching import compute_advantages
 from tasks.common import initial_policy
 from tasks.evaluate import evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
-from tasks.postprocess import assign_rewards
+from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.rollout import generate_rollouts
 from tasks.tracking import ensure_run, set_terminated
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
@@ -32,7 +32,7 @@ def summary_line(k: int, n: int, m: dict) -> str:
 
     return (f"iter {k + 1}/{n}: reward {g('reward/mean')}, invalid {g('rollout/invalid_action_rate')}, "
             f"P0 win {g('rollout/seat0_win_rate')} draw {g('rollout/seat0_draw_rate')}, "
-            f"loss {g('train/loss', '{:.4f}')}, kl {g('train/kl', '{:.4f}')}, "
+            f"gated {g('gated/total', '{:.0f}')}, loss {g('train/loss', '{:.4f}')}, kl {g('train/kl', '{:.4f}')}, "
             f"{g('rollout/tokens_per_s', '{:.0f}')} tok/s, "
             f"rollout {g('time/generate_rollouts', '{:.0f}')}s train {g('time/train_step', '{:.0f}')}s")
 
@@ -65,8 +65,8 @@ def _iterations(run_dir: str, cfg) -> dict:
     n = cfg.run.iterations
     for k in range(n):
         last = {}
-        for stage in (generate_rollouts, assign_rewards, compute_advantages, train_step,
-                      save_checkpoint):
+        for stage in (generate_rollouts, build_players, filter_steps, assign_rewards,
+                      compute_advantages, train_step, save_checkpoint):
             last.update(stage(run_dir, k))
         if every and ((k + 1) % every == 0 or k + 1 == n):
             last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))

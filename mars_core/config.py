@@ -31,6 +31,17 @@ class ModelConfig(_Section):
     max_context_tokens: int = Field(2048, ge=64)
 
 
+class SamplingOverride(_Section):
+    """Per-game sampling (e.g. In2AI's per-game evaluation settings); unset values fall back
+    to the section's own."""
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)  # 0: no top-k
+    min_p: float | None = Field(None, ge=0, lt=1)
+    max_new_tokens: int | None = Field(None, ge=1)
+
+
 class PlayConfig(_Section):
     """How a policy model is prompted and sampled in games (training and evaluation)."""
 
@@ -41,19 +52,46 @@ class PlayConfig(_Section):
     prefill: Literal["answer", "think", "none"] = "answer"
     keep_history: bool = True  # MARS keeps the whole conversation; False shows only the state
     engine_batch_size: int = Field(32, ge=1)
+    min_p: float = Field(0.0, ge=0, lt=1)
+    per_game: dict[str, SamplingOverride] = Field(default_factory=dict)  # game -> overrides
+
+    @model_validator(mode="after")
+    def _known_per_game(self):
+        from mars_core.games.registry import check_game
+
+        for g in self.per_game:
+            check_game(g)
+        return self
 
     def sampling(self, seed: int, temperature: float | None = None):
         from mars_core.types import SamplingParams
 
         return SamplingParams(
             temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p, top_k=self.top_k, max_new_tokens=self.max_new_tokens,
-            stop=("</answer>",), seed=seed)
+            top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+            max_new_tokens=self.max_new_tokens, stop=("</answer>",), seed=seed)
+
+    def per_game_sampling(self, seed: int, temperature: float | None = None) -> dict:
+        """game -> SamplingParams for the games with overrides (a forced `temperature`, as in
+        greedy evaluation, wins over a game's own)."""
+        from dataclasses import replace
+
+        base = self.sampling(seed, temperature)
+        out = {}
+        for game, o in self.per_game.items():
+            changes = {k: v for k, v in o.model_dump().items() if v is not None}
+            if temperature is not None:
+                changes.pop("temperature", None)
+            out[game] = replace(base, **changes)
+        return out
 
 
 class RolloutConfig(PlayConfig):
     games: tuple[str, ...] = ("tic_tac_toe",)  # several: self-play games split evenly by game
     episodes_per_iteration: int = Field(8, ge=1)
+    # game -> who fills the other seats: "self" (self-play, the default) or a bot; against a
+    # bot the policy's seat rotates over the episodes, and only its turns are trained on
+    opponents: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _known_games(self):
@@ -65,6 +103,12 @@ class RolloutConfig(PlayConfig):
             raise ValueError("rollout.games is empty")
         if len(set(self.games)) != len(self.games):
             raise ValueError("rollout.games names a game twice")
+        from mars_core.games.bots import check_opponent
+
+        for game, opponent in self.opponents.items():
+            if game not in self.games:
+                raise ValueError(f"rollout.opponents names {game}, which is not in rollout.games")
+            check_opponent(opponent, game)
         if self.episodes_per_iteration % len(self.games):
             raise ValueError(f"rollout.episodes_per_iteration ({self.episodes_per_iteration}) "
                              f"must be a multiple of the number of games ({len(self.games)}), "
@@ -174,8 +218,10 @@ class WarmupConfig(_Section):
 class EvaluationConfig(_Section):
     every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
     at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
-    # game -> opponent; a game not named here meets the first opponent of the MARS suite
-    # (Tic-Tac-Toe bot:mcts-100, Connect Four bot:mcts-10, poker bot:nash, Hanabi self)
+    # game -> opponent; a game not named here meets its first default opponent
+    # (evaluation.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four bot:mcts-10, poker
+    # bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat, Codenames and Mafia
+    # bot:random)
     opponents: dict[str, str] = Field(default_factory=dict)
     games_per_seat: int = Field(8, ge=1)
     temperature: float = Field(0.6, ge=0)
@@ -191,9 +237,9 @@ class EvaluationConfig(_Section):
         return self
 
     def opponent_for(self, game: str) -> str:
-        from mars_core.evaluation import MARS_OPPONENTS
+        from mars_core.evaluation import DEFAULT_OPPONENTS
 
-        return self.opponents.get(game) or MARS_OPPONENTS[game][0]
+        return self.opponents.get(game) or DEFAULT_OPPONENTS[game][0]
 
 
 class TrackingConfig(_Section):
@@ -329,14 +375,14 @@ def load_strategic_config(path: str | Path | None = None, games: list[str] | Non
     """An evaluation preset (the MARS suite when `path` is None) narrowed by the CLI's flags:
     `games` keeps those games (each meets `opponents`, else its preset or MARS opponents);
     `opponents` alone replaces every game's opponents."""
-    from mars_core.evaluation import MARS_OPPONENTS
+    from mars_core.evaluation import DEFAULT_OPPONENTS, MARS_OPPONENTS
 
     base = {"suite": {g: list(o) for g, o in MARS_OPPONENTS.items()}}
     cfg = load_config(path, overrides, StrategicConfig) if path else config_from_dict(
         _merge(base, parse_overrides(overrides)), StrategicConfig)
     suite = {g: list(o) for g, o in cfg.suite.items()}
     if games:
-        suite = {g: list(opponents or suite.get(g) or MARS_OPPONENTS.get(g, ())) for g in games}
+        suite = {g: list(opponents or suite.get(g) or DEFAULT_OPPONENTS.get(g, ())) for g in games}
     elif opponents:
         suite = {g: list(opponents) for g in suite}
     data = cfg.model_dump(mode="json") | {"suite": suite}

@@ -38,6 +38,14 @@ MARS_OPPONENTS: dict[str, tuple[str, ...]] = {
     "leduc_poker": ("bot:nash",),
     "simple_hanabi": (SELF,),
 }
+# The MindGames games' fixed opponents (ours: the arena's reference agents are not public).
+MINDGAMES_OPPONENTS: dict[str, tuple[str, ...]] = {
+    "colonel_blotto": ("bot:random", "bot:blotto-focus"),
+    "three_player_ipd": ("bot:tit-for-tat", "bot:always-defect"),
+    "codenames": ("bot:random",),
+    "secret_mafia": ("bot:random",),
+}
+DEFAULT_OPPONENTS = MARS_OPPONENTS | MINDGAMES_OPPONENTS
 RECORD_KEYS = ("game", "policy", "opponent", "seat", "n", "mean_return", "ci95", "win_rate",
                "draw_rate", "loss_rate", "invalid_rate", "normalized_return")
 
@@ -124,13 +132,15 @@ def seat_record(game: str, policy: str, opponent: str, seat: int,
 def run_suite(suite: dict[str, list[str] | tuple[str, ...]], policy_label: str, engine,
               prompts: PromptBuilder | None, sampling: SamplingParams, n: int, seed: int,
               bot_policy: str | None = None, progress: bool = True,
-              stats: RolloutStats | None = None) -> tuple[list[dict], list[Episode]]:
+              stats: RolloutStats | None = None,
+              per_game: dict[str, SamplingParams] | None = None) -> tuple[list[dict], list[Episode]]:
     """Play the suite and return (records, episodes). The model behind `engine` plays the
     policy seats, or `bot_policy` (a bot spec) does when given (then no engine is needed)."""
     agent = bot_policy or "policy"
     check_suite(suite, agent)
     specs, cells = suite_specs(suite, agent, n, seed)
-    episodes = play_episodes(specs, engine, prompts, sampling, progress=progress, stats=stats)
+    episodes = play_episodes(specs, engine, prompts, sampling, progress=progress, stats=stats,
+                             per_game=per_game)
     grouped: dict[_Cell, list[Episode]] = defaultdict(list)
     for cell, ep in zip(cells, episodes):
         grouped[cell].append(ep)

@@ -1,4 +1,5 @@
-"""Task: the training batch: the policy's turns with their advantages (by estimator name)."""
+"""Task: the training batch: the policy's eligible turns (gated steps are left out) with their
+advantages (by estimator name)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +30,7 @@ def compute_advantages(run_dir: str, k: int) -> dict:
 
     def body(out: Path) -> dict:
         turns = pl.read_parquet(stage_dir(run_dir, k, REWARDS) / "turns.parquet")
-        turns = turns.filter(pl.col("agent") == "policy")
+        turns = turns.filter((pl.col("agent") == "policy") & pl.col("eligible"))
         with_adv = estimate(turns, cfg.algorithm.estimator, **advantage_options(cfg))
         samples = with_adv.filter(pl.col("completion_ids").list.len() > 0).select(
             "episode_id", "game", "role", "turn", "reward", "advantage", "prompt_ids",

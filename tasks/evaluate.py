@@ -32,7 +32,8 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         records, episodes = run_suite(
             suite, policy, engine, prompt_builder(cfg, engine.tokenizer),
             sampling(cfg, derive_seed(cfg, step, 5), e.temperature), e.games_per_seat,
-            derive_seed(cfg, 7))
+            derive_seed(cfg, 7),
+            per_game=cfg.rollout.per_game_sampling(derive_seed(cfg, step, 5), e.temperature))
         for game in cfg.rollout.games:
             mine = [ep for ep in episodes if ep.game == game]
             (out / f"transcripts_{game}.md").write_text(

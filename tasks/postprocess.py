@@ -1,32 +1,104 @@
-"""Task: per-turn rewards from the finished episodes (MARS reward, SPEC section 2)."""
+"""Tasks: the post-episode stages between rollout and batching (SPEC section 5), the same three
+for every game (the OpenSpiel games' MARS rewards are one more assigner):
+
+    build_players -> filter_steps -> assign_rewards
+
+Each reads the previous stage's folder, calls the pure functions of `mars_core.postprocess`,
+writes Parquet and logs counts: outcomes and graded episode rewards per game, gated steps by
+reason, per-game step rewards.
+"""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
+import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.rewards import assign_rewards as reward_episode
+from mars_core import postprocess as pp
 from tasks.common import run_stage
 from tasks.paths import read_config, stage_dir
 from tasks.rollout import STAGE as ROLLOUT, read_episodes, write_episodes
 
-STAGE = "assign_rewards"
+PLAYERS, FILTER, STAGE = "build_players", "filter_steps", "assign_rewards"
+PLAYERS_FILE = "players.parquet"
+
+
+def _players(run_dir: str, k: int) -> dict[str, tuple[pp.PlayerResult, ...]]:
+    frame = pl.read_parquet(stage_dir(run_dir, k, PLAYERS) / PLAYERS_FILE)
+    by_episode: dict[str, list[pp.PlayerResult]] = {}
+    for row in frame.iter_rows(named=True):
+        by_episode.setdefault(row["episode_id"], []).append(pp.PlayerResult(**row))
+    return {e: tuple(sorted(rs, key=lambda r: r.player)) for e, rs in by_episode.items()}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+@task(name="build_players", cache_policy=NO_CACHE)
+def build_players(run_dir: str, k: int) -> dict:
+    """Outcome, responsibility and graded episode reward of every seat of every episode."""
+    cfg = read_config(Path(run_dir))
+
+    def body(out: Path) -> dict:
+        results = [r for ep in read_episodes(stage_dir(run_dir, k, ROLLOUT))
+                   for r in pp.build_players(ep, cfg.rewards)]
+        pp.players_frame(results).write_parquet(out / PLAYERS_FILE)
+        mine = [r for r in results if r.trainable]
+        metrics: dict[str, float] = {}
+        for game in sorted({r.game for r in mine}):
+            rs = [r for r in mine if r.game == game]
+            metrics[f"players/{game}/episode_reward_mean"] = _mean([r.episode_reward for r in rs])
+            for outcome, n in Counter(r.outcome for r in rs).items():
+                metrics[f"players/{game}/{outcome}_rate"] = n / len(rs)
+        return metrics
+
+    return run_stage(run_dir, k, PLAYERS, body, step=k)
+
+
+@task(name="filter_steps", cache_policy=NO_CACHE)
+def filter_steps(run_dir: str, k: int) -> dict:
+    """Mark every step eligible for training or gated, with the reason."""
+    cfg = read_config(Path(run_dir))
+    players = _players(run_dir, k)
+
+    def body(out: Path) -> dict:
+        episodes = [pp.filter_steps(ep, players[ep.episode_id], cfg.rewards)
+                    for ep in read_episodes(stage_dir(run_dir, k, ROLLOUT))]
+        write_episodes(out, episodes)
+        counts = pp.gate_counts(episodes)
+        turns = [t for ep in episodes for t in ep.turns]
+        metrics = {f"gated/{reason}": float(counts.get(reason, 0)) for reason in pp.GATE_REASONS}
+        metrics["gated/total"] = float(sum(counts.values()))
+        metrics["steps/eligible"] = float(sum(t.eligible for t in turns))
+        for game in sorted({ep.game for ep in episodes}):
+            mine = [ep for ep in episodes if ep.game == game]
+            for reason, n in pp.gate_counts(mine).items():
+                metrics[f"gated/{game}/{reason}"] = float(n)
+        return metrics
+
+    return run_stage(run_dir, k, FILTER, body, step=k)
 
 
 @task(name="assign_rewards", cache_policy=NO_CACHE)
 def assign_rewards(run_dir: str, k: int) -> dict:
+    """Per-step rewards, computed after the episode (MARS for OpenSpiel, In2AI for TextArena)."""
     cfg = read_config(Path(run_dir))
+    players = _players(run_dir, k)
 
     def body(out: Path) -> dict:
-        episodes = [reward_episode(ep, cfg.rewards)
-                    for ep in read_episodes(stage_dir(run_dir, k, ROLLOUT))]
+        episodes = [pp.assign_rewards(ep, players[ep.episode_id], cfg.rewards)
+                    for ep in read_episodes(stage_dir(run_dir, k, FILTER))]
         write_episodes(out, episodes)
-        turns = [t for ep in episodes for t in ep.turns if t.agent == "policy"]
-        n = max(1, len(turns))
-        return {"reward/mean": sum(t.reward for t in turns) / n,
-                "reward/game_mean": sum(t.game_reward for t in turns) / n,
-                "reward/format_mean": sum(t.format_reward for t in turns) / n,
-                "reward/length_mean": sum(t.length_reward for t in turns) / n}
+        turns = [t for ep in episodes for t in ep.turns if t.agent == "policy" and t.eligible]
+        metrics = {"reward/mean": _mean([t.reward for t in turns]),
+                   "reward/game_mean": _mean([t.game_reward for t in turns]),
+                   "reward/format_mean": _mean([t.format_reward for t in turns]),
+                   "reward/length_mean": _mean([t.length_reward for t in turns])}
+        for game in sorted({t.game for t in turns}):
+            metrics[f"reward/{game}/mean"] = _mean([t.reward for t in turns if t.game == game])
+        return metrics
 
     return run_stage(run_dir, k, STAGE, body, step=k)

@@ -8,6 +8,8 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from mars_core.games.bots import SELF
+from mars_core.games.registry import make_game
 from mars_core.reports import rollout_metrics, transcript
 from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes
 from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns_frame
@@ -18,10 +20,22 @@ from tasks.tracking import log_artifacts
 STAGE = "generate_rollouts"
 
 
-def self_play_specs(games: tuple[str, ...], n: int, k: int, seed: int) -> list[EpisodeSpec]:
-    """n self-play games, round-robin over `games`; ids are unique per iteration and game."""
-    return [EpisodeSpec(f"it{k:04d}-{games[i % len(games)]}-{i:04d}", games[i % len(games)],
-                        seed + i, ("policy",) * 2) for i in range(n)]
+def self_play_specs(games: tuple[str, ...], n: int, k: int, seed: int,
+                    opponents: dict[str, str] | None = None,
+                    agent: str = "policy") -> list[EpisodeSpec]:
+    """n games, round-robin over `games`; ids are unique per iteration and game. `agent`
+    takes every seat (self-play) unless `opponents` names a bot for the game: then `agent`
+    takes one seat, rotating over the game's episodes, and the bot the others."""
+    specs = []
+    for i in range(n):
+        game = games[i % len(games)]
+        players = make_game(game).num_players
+        opponent = (opponents or {}).get(game, SELF)
+        seat = (i // len(games)) % players
+        agents = tuple(agent if opponent == SELF or p == seat else opponent
+                       for p in range(players))
+        specs.append(EpisodeSpec(f"it{k:04d}-{game}-{i:04d}", game, seed + i, agents))
+    return specs
 
 
 def write_episodes(out: Path, episodes: list[Episode]) -> None:
@@ -50,10 +64,12 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
     def body(out: Path) -> dict:
         engine = make_engine(cfg, policy_at(run_dir, k))
         seed = derive_seed(cfg, k, 1)
-        specs = self_play_specs(cfg.rollout.games, cfg.rollout.episodes_per_iteration, k, seed)
+        specs = self_play_specs(cfg.rollout.games, cfg.rollout.episodes_per_iteration, k, seed,
+                                cfg.rollout.opponents)
         stats = RolloutStats()
         episodes = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer),
-                                 sampling(cfg, seed), stats=stats)
+                                 sampling(cfg, seed), stats=stats,
+                                 per_game=cfg.rollout.per_game_sampling(seed))
         write_episodes(out, episodes)
         write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
         for name in ("episodes_sample.parquet", "transcripts.md"):  # re-logging overwrites

@@ -49,7 +49,8 @@ def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
     for game in cfg.suite:  # one game at a time: see the docstring
         recs, episodes = run_suite({game: cfg.suite[game]}, policy, engine, prompts,
                                    cfg.play.sampling(cfg.seed), cfg.n, cfg.seed,
-                                   bot_policy=None if model is not None else policy, stats=stats)
+                                   bot_policy=None if model is not None else policy, stats=stats,
+                                   per_game=cfg.play.per_game_sampling(cfg.seed))
         records += recs
         picked = episodes[:: max(1, len(episodes) // transcripts_per_game)][:transcripts_per_game]
         texts += [transcript(ep) for ep in picked]

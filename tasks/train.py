@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -42,15 +41,15 @@ def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
     """Invalid-action rate of the policy over a few self-play games (1.0 = never valid)."""
     specs = self_play_specs(cfg.rollout.games, n_games, -1, seed)
     eps = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer), sampling(cfg, seed),
-                        progress=False)
+                        progress=False, per_game=cfg.rollout.per_game_sampling(seed))
     return rollout_metrics(eps).get("invalid_action_rate", 1.0)
 
 
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Positions from random games with the prompts the policy would see, each answered by a
     random legal action: `<answer>{action}</answer>` (minus the prefill) and end of turn."""
-    specs = [replace(s, agents=("bot:random",) * 2)
-             for s in self_play_specs(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed)]
+    specs = self_play_specs(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed,
+                            agent="bot:random")
     prompts = prompt_builder(cfg, tokenizer)
     episodes = play_episodes(specs, None, prompts, sampling(cfg, seed), record_bot_prompts=True,
                              progress=False)

@@ -7,13 +7,13 @@ import pytest
 from mars_core.config import RewardsConfig
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.base import INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR, format_answer, parse_reply
-from mars_core.games.registry import GAMES, make_game
+from mars_core.games.registry import MARS_GAMES, make_game
 from mars_core.rewards import assign_rewards
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=48, stop=("</answer>",))
-ALL = list(GAMES)
+ALL = list(MARS_GAMES)  # the OpenSpiel games (TextArena ones: test_<game>.py)
 
 
 def random_reply(seed=0, bad_after=None, bad="nonsense"):

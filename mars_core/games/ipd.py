@@ -30,12 +30,11 @@ import random
 import re
 
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, Parsed, clip
-from mars_core.games.textarena_games import TAState, TextArenaGame
+from mars_core.games.textarena_games import TAState, TextArenaGame, check_chat
 
 PLAYERS = 3
 ROUNDS = 5
 TEMPTATION = 5
-MAX_CHAT = 1000
 CHOICES = ("cooperate", "defect")
 _TOKEN = r"\[\s*([0-9]{1,4})\s+(cooperate|defect)\s*\]"
 _SHAPE = re.compile(rf"(?:{_TOKEN}[\s,]*)+", re.IGNORECASE)
@@ -81,16 +80,6 @@ def parse_decision(text: str, player: int) -> Parsed:
     return Parsed(format_decision(choices))
 
 
-def parse_chat(text: str) -> Parsed:
-    text = text.strip()
-    if not text:
-        return Parsed(None, PARSING_FAILURE, "the chat message is empty")
-    if len(text) > MAX_CHAT:
-        return Parsed(None, INVALID_ACTION,
-                      f"the chat message has {len(text)} characters, more than {MAX_CHAT}")
-    return Parsed(text)
-
-
 class ThreePlayerIPD(TextArenaGame):
     name = "three_player_ipd"
     num_players = PLAYERS
@@ -127,7 +116,7 @@ class ThreePlayerIPD(TextArenaGame):
         if not isinstance(text, str):
             return Parsed(None, PARSING_FAILURE, "the action is not text")
         if self.in_chat(state):
-            return parse_chat(text)
+            return check_chat(text)
         return parse_decision(text, self.current_player(state))
 
     def random_action(self, state: TAState, rng: random.Random) -> str:

@@ -34,11 +34,10 @@ import random
 import re
 
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, Parsed, clip
-from mars_core.games.textarena_games import TAState, TextArenaGame
+from mars_core.games.textarena_games import MAX_CHAT, TAState, TextArenaGame, check_chat
 
 NIGHT_MAFIA, NIGHT_DOCTOR, NIGHT_DETECTIVE = "Night-Mafia", "Night-Doctor", "Night-Detective"
 DISCUSSION, VOTING = "Day-Discussion", "Day-Voting"
-MAX_MESSAGE = 1000
 _VOTE = re.compile(r"\[(?:player ?)?([0-9]{1,2})\]", re.IGNORECASE | re.ASCII)
 _ASKS = {NIGHT_MAFIA: "vote for tonight's victim", NIGHT_DOCTOR: "choose one player to protect",
          NIGHT_DETECTIVE: "choose one player to investigate",
@@ -97,7 +96,7 @@ class SecretMafia(TextArenaGame):
         if state.done:
             return Parsed(None, INVALID_ACTION, "the game is over")
         if self.phase(state) == DISCUSSION:
-            return _check_message(text)
+            return check_chat(text)
         return self._check_target(state, text.strip())
 
     def _check_target(self, state: TAState, text: str) -> Parsed:
@@ -132,7 +131,7 @@ class SecretMafia(TextArenaGame):
         when = f"{'Night' if phase.startswith('Night') else 'Day'} {day}"
         if phase == DISCUSSION:
             other = next(p for p in self.alive(state) if p != player)
-            return (f"{when}, discussion: say one message to everyone (at most {MAX_MESSAGE} "
+            return (f"{when}, discussion: say one message to everyone (at most {MAX_CHAT} "
                     f"characters), e.g. <answer>I suspect Player {other}.</answer>")
         targets = self.valid_targets(state, player)
         example = targets[self.ta(state).turn % len(targets)]
@@ -160,12 +159,3 @@ class SecretMafia(TextArenaGame):
         return {"roles": [state.env.player_roles[p] for p in range(n)], "teams": teams,
                 "winner": winner, "alive": self.alive(state)}
 
-
-def _check_message(text: str) -> Parsed:
-    message = text.strip()
-    if not message:
-        return Parsed(None, PARSING_FAILURE, "empty discussion message")
-    if len(message) > MAX_MESSAGE:
-        return Parsed(None, INVALID_ACTION,
-                      f"the message has {len(message)} characters; at most {MAX_MESSAGE}")
-    return Parsed(message)

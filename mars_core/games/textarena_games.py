@@ -24,9 +24,21 @@ import random
 from contextlib import contextmanager
 from typing import Any
 
-from mars_core.games.base import GameAdapter, Parsed
+from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, GameAdapter, Parsed
 
 GAME_ID = -1  # TextArena's sender id for game messages
+MAX_CHAT = 1000  # characters in one free-chat message (IPD chat, Mafia discussion)
+
+
+def check_chat(text: str) -> Parsed:
+    """A free-chat message: any non-empty text (stripped) of at most MAX_CHAT characters."""
+    message = text.strip()
+    if not message:
+        return Parsed(None, PARSING_FAILURE, "the chat message is empty")
+    if len(message) > MAX_CHAT:
+        return Parsed(None, INVALID_ACTION,
+                      f"the chat message has {len(message)} characters, more than {MAX_CHAT}")
+    return Parsed(message)
 
 
 def env_class(path: str):

@@ -32,7 +32,9 @@ def transcript(ep: Episode) -> str:
              f"outcomes: {list(ep.outcomes)}" + (f"; error: {ep.error} by seat {ep.error_player}"
                                                  if ep.error else ""), ""]
     for t in ep.turns:
-        status = "valid" if t.valid else f"INVALID ({t.error})"
+        status = "valid" if t.valid else f"INVALID ({t.error}: {t.error_detail})"
+        if t.gate_reason:
+            status += f", not trained ({t.gate_reason})"
         lines += [f"### turn {t.turn}: seat {t.player} ({t.role}, {t.agent}), {status}, "
                   f"reward {t.reward:+.3f}", "", "```", t.observation, "```", "reply:", "```",
                   t.reply, "```", ""]

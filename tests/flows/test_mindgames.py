@@ -22,6 +22,7 @@ def test_presets_load():
     assert cfg.rollout.games == ("tic_tac_toe", "colonel_blotto")
     blotto = cfg.rollout.per_game_sampling(0)["colonel_blotto"]
     assert (blotto.temperature, blotto.top_p, blotto.top_k) == (1.0, 1.0, 0)
+    assert set(load_config(REPO / "configs/mindgames/textarena.yaml").rollout.games) == set(MINDGAMES)
     full = load_strategic_config(REPO / "configs/eval/mindgames_strategic.yaml")
     assert set(full.suite) == set(MINDGAMES)
     codenames = full.play.per_game_sampling(0)["codenames"]

@@ -38,6 +38,7 @@ test: setup
 bench: setup
 	$(PY) bench/rollout_bench.py
 	$(PY) bench/opponents_bench.py
+	$(PY) bench/textarena_bench.py
 
 prefect-ui: setup
 	$(VENV)/bin/prefect server start

@@ -128,7 +128,9 @@ class SecretMafia(TextArenaGame):
     # -- prompts --------------------------------------------------------------------------------
     def instruction(self, state: TAState, player: int) -> str:
         phase, day = self.phase(state), self.day(state)
-        when = f"{'Night' if phase.startswith('Night') else 'Day'} {day}"
+        # the role again: with `keep_history: false` the game's first message is not repeated
+        when = (f"You are Player {player} ({self.seat_role(state, player)}). "
+                f"{'Night' if phase.startswith('Night') else 'Day'} {day}")
         if phase == DISCUSSION:
             other = next(p for p in self.alive(state) if p != player)
             return (f"{when}, discussion: say one message to everyone (at most {MAX_CHAT} "

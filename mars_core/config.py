@@ -271,7 +271,7 @@ class Config(_Section):
 
 
 _LEAF_DICTS = ("rewards.game_scale", "evaluation.opponents", "rewards.in2ai.outcome_multiplier",
-               "rollout.opponents", "rollout.per_game", "play.per_game")
+               "rollout.opponents", "rollout.per_game")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:

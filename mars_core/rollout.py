@@ -201,18 +201,18 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: Prom
                 pending.append((g, t))
         if not pending:
             break
+        params = [(per_game or {}).get(g.spec.game, sampling) for g, _ in pending]
         by_params: dict[SamplingParams, list[int]] = defaultdict(list)
-        for i, (g, _) in enumerate(pending):
-            by_params[(per_game or {}).get(g.spec.game, sampling)].append(i)
+        for i, p in enumerate(params):
+            by_params[p].append(i)
         completions: list[Completion | None] = [None] * len(pending)
-        for params, idx in by_params.items():  # one engine call per sampling setting
-            got = _generate(engine, prompts, params, [pending[i][1] for i in idx], stats)
+        for p, idx in by_params.items():  # one engine call per sampling setting
+            got = _generate(engine, prompts, p, [pending[i][1] for i in idx], stats)
             for i, c in zip(idx, got):
                 completions[i] = c
-        for (g, t), c in zip(pending, completions):
-            params = (per_game or {}).get(g.spec.game, sampling)
+        for (g, t), c, p in zip(pending, completions, params):
             reply = prompts.prefill + c.text
-            verdict = validate(g.adapter, g.state, reply, c.finish_reason, params.max_new_tokens)
+            verdict = validate(g.adapter, g.state, reply, c.finish_reason, p.max_new_tokens)
             _record(g, t, reply, verdict, c, prompts)
     bar.close()
     return [done[i] for i in range(len(live))]

@@ -33,6 +33,16 @@ def _players(run_dir: str, k: int) -> dict[str, tuple[pp.PlayerResult, ...]]:
     return {e: tuple(sorted(rs, key=lambda r: r.player)) for e, rs in by_episode.items()}
 
 
+def _rewrite(run_dir: str, k: int, source: str, stage_fn, cfg, out: Path) -> list:
+    """Apply `stage_fn(episode, players, cfg.rewards)` to every episode of stage `source` and
+    write the result into `out`."""
+    players = _players(run_dir, k)
+    episodes = [stage_fn(ep, players[ep.episode_id], cfg.rewards)
+                for ep in read_episodes(stage_dir(run_dir, k, source))]
+    write_episodes(out, episodes)
+    return episodes
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -62,15 +72,12 @@ def build_players(run_dir: str, k: int) -> dict:
 def filter_steps(run_dir: str, k: int) -> dict:
     """Mark every step eligible for training or gated, with the reason."""
     cfg = read_config(Path(run_dir))
-    players = _players(run_dir, k)
 
     def body(out: Path) -> dict:
-        episodes = [pp.filter_steps(ep, players[ep.episode_id], cfg.rewards)
-                    for ep in read_episodes(stage_dir(run_dir, k, ROLLOUT))]
-        write_episodes(out, episodes)
+        episodes = _rewrite(run_dir, k, ROLLOUT, pp.filter_steps, cfg, out)
         counts = pp.gate_counts(episodes)
         turns = [t for ep in episodes for t in ep.turns]
-        metrics = {f"gated/{reason}": float(counts.get(reason, 0)) for reason in pp.GATE_REASONS}
+        metrics = {f"gated/{reason}": float(n) for reason, n in counts.items()}
         metrics["gated/total"] = float(sum(counts.values()))
         metrics["steps/eligible"] = float(sum(t.eligible for t in turns))
         for game in sorted({ep.game for ep in episodes}):
@@ -86,12 +93,9 @@ def filter_steps(run_dir: str, k: int) -> dict:
 def assign_rewards(run_dir: str, k: int) -> dict:
     """Per-step rewards, computed after the episode (MARS for OpenSpiel, In2AI for TextArena)."""
     cfg = read_config(Path(run_dir))
-    players = _players(run_dir, k)
 
     def body(out: Path) -> dict:
-        episodes = [pp.assign_rewards(ep, players[ep.episode_id], cfg.rewards)
-                    for ep in read_episodes(stage_dir(run_dir, k, FILTER))]
-        write_episodes(out, episodes)
+        episodes = _rewrite(run_dir, k, FILTER, pp.assign_rewards, cfg, out)
         turns = [t for ep in episodes for t in ep.turns if t.agent == "policy" and t.eligible]
         metrics = {"reward/mean": _mean([t.reward for t in turns]),
                    "reward/game_mean": _mean([t.game_reward for t in turns]),

@@ -180,9 +180,3 @@ class GameAdapter(ABC):
 
 _WS = re.compile(r"\s+")
 _ANGLE = re.compile(r"<[^<>\n]{1,200}>")
-
-
-def one_line(text: str, limit: int = 120) -> str:
-    """A reply squeezed to one short line for transcripts and logs."""
-    text = _WS.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -62,11 +62,9 @@ def check_opponent(spec: str, game: str) -> None:
     if spec == "bot:nash" and game not in NASH_GAMES:
         raise ValueError(f"opponent 'bot:nash' does not fit {game}: Nash policies exist for "
                          f"{', '.join(NASH_GAMES)}")
-    if _MCTS.match(spec) and not hasattr(adapter, "game"):
-        raise ValueError(f"opponent {spec!r} does not fit {game}: MCTS needs an OpenSpiel game")
     if _MCTS.match(spec) and not adapter.perfect_information:
         raise ValueError(f"opponent {spec!r} does not fit {game}: MCTS searches the true state, "
-                         "so in a game with hidden information it would see the other cards")
+                         "so in a game with hidden information it would see what is hidden")
 
 
 class RandomBot:

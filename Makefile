@@ -39,6 +39,7 @@ bench: setup
 	$(PY) bench/rollout_bench.py
 	$(PY) bench/opponents_bench.py
 	$(PY) bench/textarena_bench.py
+	$(PY) bench/algorithms_bench.py
 
 prefect-ui: setup
 	$(VENV)/bin/prefect server start

@@ -1,6 +1,9 @@
 """The `mars` command. It drives the flows, so it lives above them.
 
-    mars train --config configs/smoke.yaml [--runs-dir runs] [--run-name NAME] [--set k=v ...]
+    mars train --config configs/smoke.yaml [--overlay configs/scales/smoke.yaml] [--runs-dir runs]
+        [--run-name NAME] [--set k=v ...]
+    mars compare [--presets A.yaml,B.yaml] [--overlay configs/scales/smoke.yaml] [--set k=v ...]
+        [--eval-preset configs/eval/...yaml] [--games G1,G2] [--n N] [--name ablations]
     mars eval strategic --policy SPEC [--preset configs/eval/...yaml] [--games G1,G2]
         [--opponents O1,O2] [--n N] [--seed S] [--out results.json] [--tracking-uri URI]
 
@@ -35,7 +38,21 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--config", required=True, help="YAML preset, e.g. configs/smoke.yaml")
     t.add_argument("--runs-dir", default="runs", help="where runs live (default: runs)")
     t.add_argument("--run-name", default=None, help="run folder name (default: the preset's name)")
+    _overlays(t)
     _overrides(t, "rollout.temperature=0.8")
+    c = sub.add_parser("compare", help="train several presets, evaluate each, log one table")
+    c.add_argument("--presets", type=_csv, default=None,
+                   help="comma-separated presets (default: the four in configs/ablations/)")
+    c.add_argument("--eval-preset", default="configs/eval/mars_strategic_quick.yaml",
+                   help="strategic evaluation preset (default: the quick MARS suite)")
+    c.add_argument("--games", type=_csv, default=None, help="evaluate on these games only")
+    c.add_argument("--n", type=int, default=None, help="evaluation games per game x opponent x seat")
+    c.add_argument("--name", default="ablations",
+                   help="runs are <name>-<preset>, the table in <runs-dir>/<name>-compare")
+    c.add_argument("--runs-dir", default="runs", help="where runs live (default: runs)")
+    c.add_argument("--experiment", default="mars-ablations", help="MLflow experiment of the table")
+    _overlays(c)
+    _overrides(c, "run.iterations=2")
     e = sub.add_parser("eval", help="evaluate a policy").add_subparsers(dest="kind", required=True)
     s = e.add_parser("strategic", help="strength against fixed opponents (the MARS protocol)")
     s.add_argument("--policy", required=True, help=POLICY_HELP)
@@ -62,16 +79,41 @@ def _overrides(p: argparse.ArgumentParser, example: str) -> None:
                    help=f"override a config value, e.g. --set {example}")
 
 
+def _overlays(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overlay", dest="overlays", action="append", default=[], metavar="YAML",
+                   help="a partial preset merged on top, e.g. configs/scales/smoke.yaml")
+
+
 def _check_train(args) -> None:
+    _check_preset(args.config, args.overlays, args.overrides, Path(args.runs_dir),
+                  args.run_name or Path(args.config).stem)
+
+
+def _check_preset(preset: str, overlays, overrides, runs_dir: Path, name: str) -> None:
     from mars_core.config import load_config
     from mars_core.models import resolve_model
     from tasks.paths import prepare_run_dir
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(preset, overrides, overlays=overlays)
     if cfg.model.path != "embedded":
         resolve_model(cfg.model.path)
-    name = args.run_name or Path(args.config).stem
-    prepare_run_dir(Path(args.runs_dir) / name, cfg)
+    prepare_run_dir(runs_dir / name, cfg)  # refuses a run made with another config
+
+
+def _check_compare(args) -> None:
+    from mars_core.config import ConfigError, load_strategic_config
+    from flows.compare import ABLATIONS
+
+    presets = args.presets or list(ABLATIONS)
+    stems = [Path(p).stem for p in presets]
+    if len(set(stems)) != len(stems):
+        raise ConfigError("--presets: two presets share a file name; rename one")
+    if args.n is not None and args.n < 1:
+        raise ConfigError(f"--n must be at least 1, got {args.n}")
+    for preset, stem in zip(presets, stems):
+        _check_preset(preset, args.overlays, args.overrides, Path(args.runs_dir),
+                      f"{args.name}-{stem}")
+    load_strategic_config(args.eval_preset, args.games, None, args.n, None)
 
 
 def _check_eval(args) -> None:
@@ -111,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
     errors = (ConfigError, ModelError, RunDirError, RegistryError)
     try:
-        (_check_train if args.command == "train" else _check_eval)(args)
+        {"train": _check_train, "compare": _check_compare, "eval": _check_eval}[args.command](args)
         result = _run(args)
     except KeyboardInterrupt:
-        hint = "; run the same command again to resume" if args.command == "train" else ""
+        hint = "; run the same command again to resume" if args.command != "eval" else ""
         print(f"mars: interrupted{hint}", file=sys.stderr)
         return 130
     except errors as e:
@@ -122,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "train":
         print(f"mars: done: {result['run_dir']} (MLflow run {result['mlflow_run_id']})")
+    elif args.command == "compare":
+        print(f"mars: done: {len(result['table'])} rows (MLflow run {result['mlflow_run_id']})")
     else:
         logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
         print(f"mars: done: {result['records']} records in {result['out']}{logged}")
@@ -133,7 +177,13 @@ def _run(args) -> dict:
         from flows.train import train_flow
 
         return train_flow(config=args.config, run_name=args.run_name, runs_dir=args.runs_dir,
-                          overrides=args.overrides)
+                          overrides=args.overrides, overlays=args.overlays)
+    if args.command == "compare":
+        from flows.compare import compare_flow
+
+        return compare_flow(presets=args.presets, overlays=args.overlays, overrides=args.overrides,
+                            eval_preset=args.eval_preset, games=args.games, n=args.n,
+                            name=args.name, runs_dir=args.runs_dir, experiment=args.experiment)
     from flows.evaluate import strategic_eval_flow
 
     return strategic_eval_flow(

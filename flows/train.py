@@ -3,7 +3,8 @@
     prepare_policy (base model, format warm-up) -> evaluate the start policy
     for each iteration k:
         generate_rollouts -> build_players -> filter_steps -> assign_rewards
-        -> compute_advantages -> train_step -> save_checkpoint -> (every k) evaluate
+        -> bank_episodes -> build_batch -> compute_advantages
+        -> train_step -> save_checkpoint -> (every k) evaluate
     register the final checkpoint (alias `candidate`)
 
 Every stage is resumable: running the flow again on the same run directory skips finished
@@ -16,7 +17,7 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_config
-from tasks.batching import compute_advantages
+from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.common import initial_policy
 from tasks.evaluate import evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
@@ -39,9 +40,11 @@ def summary_line(k: int, n: int, m: dict) -> str:
 
 @flow(name="mars-train", log_prints=True)
 def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
-               runs_dir: str = "runs", overrides: list[str] | None = None) -> dict:
-    """Train (or resume) the run `runs_dir/run_name` with the preset `config`."""
-    cfg = load_config(config, overrides or [])
+               runs_dir: str = "runs", overrides: list[str] | None = None,
+               overlays: list[str] | None = None) -> dict:
+    """Train (or resume) the run `runs_dir/run_name` with the preset `config`, the `overlays`
+    merged on top (e.g. configs/scales/smoke.yaml) and then the `key=value` overrides."""
+    cfg = load_config(config, overrides or [], overlays=overlays or [])
     run_dir = str(Path(runs_dir) / (run_name or Path(config).stem))
     prepare_run_dir(Path(run_dir), cfg)
     run_id = ensure_run(Path(run_dir))
@@ -66,7 +69,7 @@ def _iterations(run_dir: str, cfg) -> dict:
     for k in range(n):
         last = {}
         for stage in (generate_rollouts, build_players, filter_steps, assign_rewards,
-                      compute_advantages, train_step, save_checkpoint):
+                      bank_episodes, build_batch, compute_advantages, train_step, save_checkpoint):
             last.update(stage(run_dir, k))
         if every and ((k + 1) % every == 0 or k + 1 == n):
             last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))

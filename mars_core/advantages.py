@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions over a batch of turns.
+"""Advantage estimators: pure functions over a batch of turns (SPEC section 3).
 
 Input: a polars DataFrame with one row per turn and at least the columns
 `episode_id, game, role, turn, reward` (see `mars_core.types.TURN_SCHEMA`). A trajectory is one
@@ -7,25 +7,35 @@ player's turns in one episode, i.e. the rows sharing `(episode_id, role)`, order
 
 Output: the same frame (same rows, same order, every input column kept) with a Float64
 `advantage` column added (replaced if present). Every token of a turn's completion gets that
-turn's advantage; the trainer never needs to know which estimator produced it.
+turn's advantage; the trainer never needs to know which estimator produced it. No estimator
+depends on the order of the rows.
 
 The estimator is picked by name from the config through `ESTIMATORS` / `compute_advantages`.
-Each vectorised estimator has a plain-loop twin (`*_reference`) kept next to it; the unit tests
-check that they agree on random batches.
+Each vectorised estimator has a plain-loop twin in `mars_core.advantages_reference`; the unit
+tests check that they agree on random batches.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
 
 TRAJECTORY_KEYS = ("episode_id", "role")
 REQUIRED_COLUMNS = ("episode_id", "game", "role", "turn", "reward")
+# mars_code step (d): values are compared after rounding to this many decimals, so float noise
+# from summation order cannot split one value in two (the values are whitened, i.e. O(1)).
+DISTINCT_DECIMALS = 9
 
 _ROW = "__adv_row"
 _RET = "__adv_return"
+_VAL = "__adv_value"
+_BASE = "__adv_baseline"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks and shared helpers
 
 
 def _check_columns(df: pl.DataFrame, group_keys: Sequence[str]) -> list[str]:
@@ -36,9 +46,26 @@ def _check_columns(df: pl.DataFrame, group_keys: Sequence[str]) -> list[str]:
     for col in (*REQUIRED_COLUMNS, *keys):
         if col not in df.columns:
             raise ValueError(f"missing required column '{col}' in the turns frame")
-    if df["reward"].null_count():
+    reward = df["reward"]
+    if not reward.dtype.is_numeric():
+        raise ValueError(f"column 'reward' must be numeric, got {reward.dtype}")
+    if reward.null_count():
         raise ValueError("column 'reward' has null values; every turn needs a reward")
+    if not reward.cast(pl.Float64).is_finite().all():
+        raise ValueError("column 'reward' has non-finite values (NaN or inf)")
     return keys
+
+
+def _check_constant_keys(df: pl.DataFrame, keys: Sequence[str]) -> None:
+    """Trajectory-level estimators need every group key constant within a trajectory."""
+    extra = [k for k in keys if k not in TRAJECTORY_KEYS]
+    if not extra or df.is_empty():
+        return
+    counts = df.group_by(list(TRAJECTORY_KEYS)).agg(pl.col(extra).n_unique())
+    for k in extra:
+        if counts[k].max() > 1:
+            raise ValueError(f"group key '{k}' changes within a trajectory (episode_id, role); "
+                             "trajectory-level estimators need it constant")
 
 
 def _sorted_by_trajectory(df: pl.DataFrame) -> pl.DataFrame:
@@ -50,6 +77,37 @@ def _restore(df: pl.DataFrame, advantage: pl.Expr) -> pl.DataFrame:
     """Add `advantage`, put rows back in input order and drop the helper columns."""
     out = df.with_columns(advantage.cast(pl.Float64).alias("advantage"))
     return out.sort(_ROW).drop([c for c in out.columns if c.startswith("__adv_")])
+
+
+def _trajectory_returns(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """One row per trajectory: `episode_id, role`, the other group keys, and `_RET` = the sum
+    of the trajectory's rewards in the frame (discount 1). Rows come sorted by trajectory, so
+    later means see the same summation order whatever the input order (bitwise reproducible)."""
+    extra = [k for k in keys if k not in TRAJECTORY_KEYS]
+    return _sorted_by_trajectory(df).group_by(list(TRAJECTORY_KEYS), maintain_order=True).agg(
+        pl.col("reward").cast(pl.Float64).sum().alias(_RET), *[pl.col(k).first() for k in extra]
+    )
+
+
+def _per_trajectory(df: pl.DataFrame, per_traj: pl.DataFrame) -> pl.DataFrame:
+    """Give every turn its trajectory's `_VAL` (per_traj: `episode_id, role, _VAL`)."""
+    work = df.with_row_index(_ROW).join(per_traj, on=list(TRAJECTORY_KEYS), how="left",
+                                        nulls_equal=True)
+    return _restore(work, pl.col(_VAL))
+
+
+def _whiten(x: pl.Expr, eps: float) -> pl.Expr:
+    """`(x - mean(x)) / (std(x) + eps)` over the whole frame, population std (ddof=0)."""
+    return (x - x.mean()) / (x.std(ddof=0) + eps)
+
+
+def _returns_to_go(x: pl.Expr) -> pl.Expr:
+    """`G_k = sum_{j >= k} x_j` within each trajectory; needs `_sorted_by_trajectory` rows."""
+    return x.cum_sum(reverse=True).over(list(TRAJECTORY_KEYS))
+
+
+# ---------------------------------------------------------------------------------------------
+# MARS and its ablations
 
 
 def mars_turn_level(
@@ -66,17 +124,56 @@ def mars_turn_level(
     (ddof=0) plus `eps`.
 
     Shapes: df [N rows] -> df [N rows] + `advantage` (Float64).
-    `group_keys=("game",)` is the "w/o agent-specific" ablation (roles share one baseline).
+    `group_keys=("game",)` is the "w/o agent-specific" ablation (see `mars_shared`).
+    Source: MARS paper (turn-level advantage, agent-specific normalisation); SPEC 3.
     """
     keys = _check_columns(df, group_keys)
     g = pl.col(_RET)
     work = _sorted_by_trajectory(df).with_columns(
-        pl.col("reward").cast(pl.Float64).cum_sum(reverse=True).over(list(TRAJECTORY_KEYS)).alias(_RET)
-    )
+        _returns_to_go(pl.col("reward").cast(pl.Float64)).alias(_RET))
     adv = g - g.mean().over(keys)
     if normalize_std:
         adv = adv / (g.std(ddof=0).over(keys) + eps)
     return _restore(work, adv)
+
+
+def mars_shared(df: pl.DataFrame, normalize_std: bool = False, eps: float = 1e-6) -> pl.DataFrame:
+    """MARS "w/o agent-specific" ablation: `mars_turn_level` with the group key `("game",)`,
+    so every role of a game shares one baseline `mean(G)` (MARS paper, ablation table).
+
+    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64). Source: MARS paper; SPEC 3.
+    """
+    return mars_turn_level(df, group_keys=("game",), normalize_std=normalize_std, eps=eps)
+
+
+def mars_code(
+    df: pl.DataFrame,
+    group_keys: Sequence[str] = ("game", "role"),
+    eps: float = 1e-6,
+) -> pl.DataFrame:
+    """MARS advantage as the published MARS code computes it (five steps, discount 1):
+
+    (a) `r1 = r - mean(r)` over the turns of its `group_keys` group;
+    (b) `w = (r1 - mean(r1)) / (std(r1) + eps)` over the whole batch (population std);
+    (c) `G_k = sum_{j >= k} w_j` within the trajectory `(episode_id, role)`, ordered by turn;
+    (d) `d = G - mean(distinct G values of the group)` per `group_keys` group (each value
+        counted once however many turns carry it; values compared rounded to
+        `DISTINCT_DECIMALS` decimals);
+    (e) `A = (d - mean(d)) / (std(d) + eps)` over the whole batch.
+
+    Zero variance (all rewards equal) gives 0 everywhere, not NaN.
+    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64).
+    Source: the published MARS code (thu-nics/MARS, on ROLL); SPEC 3.
+    """
+    keys = _check_columns(df, group_keys)
+    r = pl.col("reward").cast(pl.Float64)
+    g = pl.col(_RET)
+    work = _sorted_by_trajectory(df).with_columns((r - r.mean().over(keys)).alias(_VAL))
+    work = work.with_columns(_whiten(pl.col(_VAL), eps).alias(_VAL))
+    work = work.with_columns(_returns_to_go(pl.col(_VAL)).alias(_RET))
+    work = work.with_columns(
+        (g - g.round(DISTINCT_DECIMALS).unique().mean().over(keys)).alias(_VAL))
+    return _restore(work, _whiten(pl.col(_VAL), eps))
 
 
 def grpo_trajectory(
@@ -91,99 +188,138 @@ def grpo_trajectory(
     trajectories (each counted once, whatever its length) that share `group_keys`. A group with
     a single trajectory gives 0. The group keys must be constant within a trajectory.
 
-    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64).
+    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64). Source: MARS ablation; SPEC 3.
     """
     keys = _check_columns(df, group_keys)
-    traj = list(TRAJECTORY_KEYS)
-    extra = [k for k in keys if k not in traj]
-    per_traj = df.group_by(traj).agg(
-        pl.col("reward").cast(pl.Float64).sum().alias(_RET), *[pl.col(k).first() for k in extra]
-    )
+    _check_constant_keys(df, keys)
     r = pl.col(_RET)
-    per_traj = per_traj.select(
-        *traj, ((r - r.mean().over(keys)) / (r.std(ddof=0).over(keys) + eps)).alias("__adv_value")
+    per_traj = _trajectory_returns(df, keys).select(
+        *TRAJECTORY_KEYS, ((r - r.mean().over(keys)) / (r.std(ddof=0).over(keys) + eps)).alias(_VAL)
     )
-    work = df.with_row_index(_ROW).join(per_traj, on=traj, how="left")
-    return _restore(work, pl.col("__adv_value"))
+    return _per_trajectory(df, per_traj)
 
 
 # ---------------------------------------------------------------------------------------------
-# Plain-loop references: slow, obvious, and the ground truth for the vectorised versions.
+# SPIRAL role-conditioned advantage estimation (RAE)
 
 
-def _rows(df: pl.DataFrame, group_keys: Sequence[str]) -> tuple[list[dict], list[str]]:
+def rae_key(values: Sequence[object]) -> str:
+    """The state key of a group: its values joined with "|", e.g. "tic_tac_toe|player_0"."""
+    return "|".join(str(v) for v in values)
+
+
+def _check_baselines(baselines: Mapping[str, float] | None) -> dict[str, float]:
+    """A fresh `dict[str, float]` copy of the RAE state (None: empty), or ValueError."""
+    if baselines is None:
+        return {}
+    if not isinstance(baselines, Mapping):
+        kind = type(baselines).__name__
+        raise ValueError(f"rae baselines must be a dict str -> float, got {kind}")
+    out = {}
+    for key, value in baselines.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not isinstance(key, str) or not ok or not math.isfinite(value):
+            raise ValueError(f"rae baselines: entry {key!r}: {value!r} is not str -> finite float")
+        out[key] = float(value)
+    return out
+
+
+def rae(
+    df: pl.DataFrame,
+    baselines: Mapping[str, float] | None = None,
+    group_keys: Sequence[str] = ("game", "role"),
+) -> pl.DataFrame:
+    """SPIRAL role-conditioned advantage estimation (RAE).
+
+    `R` = a trajectory's return (sum of its turns' rewards in the frame); every turn of the
+    trajectory gets `A = R - b[rae_key(group values)]`, where `b` is the EMA baseline of the
+    trajectory's `group_keys` group as it stood BEFORE this batch (a missing group reads 0.0).
+    This function never updates the state: call `rae_update` afterwards. (SPIRAL may also drop
+    turns whose advantage is 0; that filtering is not done here.)
+
+    baselines: JSON-able dict str -> float (None: empty). Group keys must be constant within a
+    trajectory. Shapes: df [N rows] -> df [N rows] + `advantage` (Float64).
+    Source: SPIRAL (role-conditioned advantage estimation); SPEC 3.
+    """
     keys = _check_columns(df, group_keys)
-    return list(df.iter_rows(named=True)), keys
+    state = _check_baselines(baselines)
+    _check_constant_keys(df, keys)
+    per_traj = _trajectory_returns(df, keys)
+    groups = per_traj.select(keys).unique(maintain_order=True)
+    values = [state.get(rae_key(row), 0.0) for row in groups.iter_rows()]
+    groups = groups.with_columns(pl.Series(_BASE, values, dtype=pl.Float64))
+    per_traj = per_traj.join(groups, on=keys, how="left", nulls_equal=True).select(
+        *TRAJECTORY_KEYS, (pl.col(_RET) - pl.col(_BASE)).alias(_VAL))
+    return _per_trajectory(df, per_traj)
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-
-
-def mars_turn_level_reference(
+def rae_update(
+    baselines: Mapping[str, float] | None,
     df: pl.DataFrame,
     group_keys: Sequence[str] = ("game", "role"),
-    normalize_std: bool = False,
-    eps: float = 1e-6,
-) -> list[float]:
-    """Loop version of `mars_turn_level`; returns the advantages in row order."""
-    rows, keys = _rows(df, group_keys)
-    by_traj: dict[tuple, list[int]] = defaultdict(list)
-    for i, row in enumerate(rows):
-        by_traj[(row["episode_id"], row["role"])].append(i)
-    returns = [0.0] * len(rows)
-    for idx in by_traj.values():
-        running = 0.0
-        for i in sorted(idx, key=lambda i: rows[i]["turn"], reverse=True):
-            running += rows[i]["reward"]
-            returns[i] = running
-    by_group: dict[tuple, list[float]] = defaultdict(list)
-    for i, row in enumerate(rows):
-        by_group[tuple(row[k] for k in keys)].append(returns[i])
-    out = []
-    for i, row in enumerate(rows):
-        mean, std = _mean_std(by_group[tuple(row[k] for k in keys)])
-        adv = returns[i] - mean
-        out.append(adv / (std + eps) if normalize_std else adv)
-    return out
+    decay: float = 0.95,
+) -> dict[str, float]:
+    """The RAE state after one batch: `b <- decay * b + (1 - decay) * mean(R)` for each group
+    present in df, where the mean runs over that group's trajectories in df (each counted
+    once); absent groups keep their value; a new group starts from 0.
+
+    We update once per batch with the batch mean, not trajectory by trajectory as SPIRAL's
+    loop does, so the result cannot depend on the order of the rows. Returns a NEW dict
+    (sorted by key, JSON-able); the input is not mutated.
+    """
+    keys = _check_columns(df, group_keys)
+    state = _check_baselines(baselines)
+    ok = isinstance(decay, (int, float)) and not isinstance(decay, bool)
+    if not ok or not 0.0 <= decay <= 1.0:
+        raise ValueError(f"rae decay must be a number in [0, 1], got {decay!r}")
+    _check_constant_keys(df, keys)
+    means = _trajectory_returns(df, keys).group_by(keys).agg(pl.col(_RET).mean())
+    for *values, mean in means.select(*keys, _RET).iter_rows():
+        key = rae_key(values)
+        state[key] = decay * state.get(key, 0.0) + (1.0 - decay) * mean
+    return dict(sorted(state.items()))
 
 
-def grpo_trajectory_reference(
-    df: pl.DataFrame,
-    group_keys: Sequence[str] = ("game", "role"),
-    eps: float = 1e-6,
-) -> list[float]:
-    """Loop version of `grpo_trajectory`; returns the advantages in row order."""
-    rows, keys = _rows(df, group_keys)
-    totals: dict[tuple, float] = defaultdict(float)
-    group_of: dict[tuple, tuple] = {}
-    for row in rows:
-        traj = (row["episode_id"], row["role"])
-        totals[traj] += row["reward"]
-        group_of[traj] = tuple(row[k] for k in keys)
-    by_group: dict[tuple, list[float]] = defaultdict(list)
-    for traj, total in totals.items():
-        by_group[group_of[traj]].append(total)
-    out = []
-    for row in rows:
-        traj = (row["episode_id"], row["role"])
-        mean, std = _mean_std(by_group[group_of[traj]])
-        out.append((totals[traj] - mean) / (std + eps))
-    return out
+# ---------------------------------------------------------------------------------------------
+# In2AI leave-one-out per environment
+
+
+def rloo_env(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) -> pl.DataFrame:
+    """In2AI RLOO per environment on STEP rewards (not returns):
+    `A_i = r_i - (sum_j r_j - r_i) / (n - 1)` over the n rows that share `group_keys`
+    (the mean reward of the other steps); a group with a single row gets 0.
+
+    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64). Source: In2AI trainer; SPEC 3.
+    """
+    keys = _check_columns(df, group_keys)
+    r = pl.col("reward").cast(pl.Float64)
+    n = pl.len().over(keys)
+    adv = pl.when(n > 1).then(r - (r.sum().over(keys) - r) / (n - 1)).otherwise(0.0)
+    return _restore(_sorted_by_trajectory(df), adv)
 
 
 # ---------------------------------------------------------------------------------------------
 
 ESTIMATORS: dict[str, Callable[..., pl.DataFrame]] = {
     "mars": mars_turn_level,
-    "grpo": grpo_trajectory,
+    "mars_code": mars_code,
+    "grpo_trajectory": grpo_trajectory,
+    "mars_shared": mars_shared,
+    "rae": rae,
+    "rloo_env": rloo_env,
 }
 
 
 def compute_advantages(df: pl.DataFrame, name: str, **options) -> pl.DataFrame:
-    """Run the estimator registered under `name` (see `ESTIMATORS`) with `options`."""
+    """Run the estimator registered under `name` (see `ESTIMATORS`) with `options`; an option
+    the estimator does not take is a ValueError naming it and the ones it takes."""
     if name not in ESTIMATORS:
         choices = ", ".join(ESTIMATORS)
         raise ValueError(f"unknown advantage estimator '{name}'; choose one of: {choices}")
-    return ESTIMATORS[name](df, **options)
+    fn = ESTIMATORS[name]
+    takes = [p for p in inspect.signature(fn).parameters if p != "df"]
+    for option in options:
+        if option not in takes:
+            raise ValueError(f"advantage estimator '{name}' takes no option '{option}'; "
+                             f"it takes: {', '.join(takes)}")
+    return fn(df, **options)

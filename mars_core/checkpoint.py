@@ -6,6 +6,7 @@ pickled objects).
 """
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -47,3 +48,18 @@ def load_trainer_state(folder: Path, optimizer, scheduler) -> int:
     random.setstate((state["rng_python_version"], tuple(state["rng_python"]),
                      state["rng_python_gauss"]))
     return int(state["iteration"])
+
+
+ESTIMATOR_STATE = "estimator_state.json"
+
+
+def save_estimator_state(folder: Path, state: dict) -> None:
+    """A stateful estimator's state (RAE baselines: name -> {group key: value}) as JSON beside
+    the weights, so the checkpoint that continues a run continues the estimator too."""
+    (Path(folder) / ESTIMATOR_STATE).write_text(json.dumps(state, indent=2, sort_keys=True))
+
+
+def load_estimator_state(folder: Path) -> dict:
+    """The state saved with a checkpoint; {} for a fresh model (no state yet)."""
+    path = Path(folder) / ESTIMATOR_STATE
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 
-class ConfigError(Exception):
-    """A config problem, with a one-line message naming the key."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from mars_core.config_base import ConfigError, _Section  # noqa: F401  (re-exported)
+from mars_core.config_train import AlgorithmConfig, BatchingConfig, OptimConfig  # noqa: F401
 
 
 class RunConfig(_Section):
@@ -86,16 +82,33 @@ class PlayConfig(_Section):
         return out
 
 
+class OpponentStage(_Section):
+    """One entry of an opponent curriculum: `opponent` joins the pool at iteration
+    `unlock_at` and stays; each episode's opponent is drawn in proportion to `weight`."""
+
+    opponent: str  # "self", a bot spec, or "frozen" (an earlier checkpoint of this run)
+    unlock_at: int = Field(0, ge=0)
+    weight: float = Field(1.0, gt=0)
+
+
 class RolloutConfig(PlayConfig):
-    games: tuple[str, ...] = ("tic_tac_toe",)  # several: self-play games split evenly by game
+    games: tuple[str, ...] = ("tic_tac_toe",)
     episodes_per_iteration: int = Field(8, ge=1)
-    # game -> who fills the other seats: "self" (self-play, the default) or a bot; against a
-    # bot the policy's seat rotates over the episodes, and only its turns are trained on
-    opponents: dict[str, str] = Field(default_factory=dict)
+    # environment sampler: empty = round-robin over `games` (equal shares); else game -> weight,
+    # each iteration's episodes apportioned in proportion (games not named weigh 1)
+    game_weights: dict[str, float] = Field(default_factory=dict)
+    # game -> who fills the other seats: "self" (self-play, the default), a bot, "frozen" (an
+    # earlier checkpoint of this run), or a curriculum: a list of {opponent, unlock_at, weight}.
+    # Against an opponent the policy holds one seat and only its turns are trained on
+    opponents: dict[str, str | tuple[OpponentStage, ...]] = Field(default_factory=dict)
+    # position sampler: the policy's seat against an opponent: "rotate" (every seat in turn)
+    # or "random" (uniform); roles follow seats, secret roles are drawn by the game
+    position: Literal["rotate", "random"] = "rotate"
 
     @model_validator(mode="after")
     def _known_games(self):
         from mars_core.games.registry import check_game
+        from mars_core.samplers import check_opponents
 
         for g in self.games:
             check_game(g)
@@ -103,17 +116,29 @@ class RolloutConfig(PlayConfig):
             raise ValueError("rollout.games is empty")
         if len(set(self.games)) != len(self.games):
             raise ValueError("rollout.games names a game twice")
-        from mars_core.games.bots import check_opponent
-
-        for game, opponent in self.opponents.items():
+        for game, w in self.game_weights.items():
+            if game not in self.games:
+                raise ValueError(f"rollout.game_weights names {game}, which is not in rollout.games")
+            if w < 0:
+                raise ValueError(f"rollout.game_weights: the weight of {game} is negative")
+        if self.game_weights and not sum(self.game_weights.get(g, 1.0) for g in self.games):
+            raise ValueError("rollout.game_weights: every weight is 0")
+        for game, opponents in self.opponents.items():
             if game not in self.games:
                 raise ValueError(f"rollout.opponents names {game}, which is not in rollout.games")
-            check_opponent(opponent, game)
-        if self.episodes_per_iteration % len(self.games):
+            check_opponents(game, opponents)
+        if not self.game_weights and self.episodes_per_iteration % len(self.games):
             raise ValueError(f"rollout.episodes_per_iteration ({self.episodes_per_iteration}) "
                              f"must be a multiple of the number of games ({len(self.games)}), "
-                             "so that batches split evenly by game")
+                             "so that batches split evenly by game (or set rollout.game_weights)")
         return self
+
+    def opponent_pool(self, game: str, k: int) -> list[tuple[str, float]]:
+        """The (opponent, weight) pairs unlocked for `game` at iteration k."""
+        spec = self.opponents.get(game, "self")
+        if isinstance(spec, str):
+            return [(spec, 1.0)]
+        return [(s.opponent, s.weight) for s in spec if s.unlock_at <= k]
 
 
 OUTCOMES = ("win", "draw", "loss", "invalid_action", "parsing_failure",
@@ -176,36 +201,6 @@ class RewardsConfig(_Section):
         return self
 
 
-class AlgorithmConfig(_Section):
-    estimator: str = "mars"
-    group_keys: tuple[str, ...] = ("game", "role")
-    normalize_std: bool = False
-    clip_eps: float = Field(0.2, gt=0)
-    dual_clip: float | None = 1.4
-    kl_coef: float = Field(0.2, ge=0)
-
-    @model_validator(mode="after")
-    def _known_estimator(self):
-        from mars_core.advantages import ESTIMATORS
-
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(f"unknown advantage estimator {self.estimator!r}; choose one of: "
-                             + ", ".join(ESTIMATORS))
-        if self.dual_clip is not None and self.dual_clip <= 1:
-            raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
-        return self
-
-
-class OptimConfig(_Section):
-    lr: float = Field(1e-6, gt=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.05
-    warmup_steps: int = Field(10, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(8, ge=1)
-    minibatches: int = Field(1, ge=1)  # optimizer steps per iteration (one PPO epoch)
-
-
 class WarmupConfig(_Section):
     """Supervised format warm-up on synthetic `<answer>{random legal action}</answer>` replies."""
 
@@ -250,7 +245,8 @@ class TrackingConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    keep_last: int = Field(2, ge=1)
+    keep_last: int = Field(2, ge=1)  # checkpoints whose weights stay on disk
+    keep_every: int = Field(0, ge=0)  # also keep every n-th one (frozen opponents); 0: none
 
 
 class Config(_Section):
@@ -259,11 +255,22 @@ class Config(_Section):
     rollout: RolloutConfig = RolloutConfig()
     rewards: RewardsConfig = RewardsConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    batching: BatchingConfig = BatchingConfig()
     optim: OptimConfig = OptimConfig()
     warmup: WarmupConfig = WarmupConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     tracking: TrackingConfig = TrackingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="after")
+    def _batch_fits_estimator(self):
+        from mars_core.config_train import TRAJECTORY_ESTIMATORS
+
+        a, b = self.algorithm, self.batching
+        if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
+            raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
+                             "set batching.unit: trajectory (or use estimator rloo_env)")
+        return self
 
     def flat(self) -> dict[str, Any]:
         """`{"rollout.temperature": 0.6, ...}`: the config as MLflow params."""
@@ -271,7 +278,7 @@ class Config(_Section):
 
 
 _LEAF_DICTS = ("rewards.game_scale", "evaluation.opponents", "rewards.in2ai.outcome_multiplier",
-               "rollout.opponents", "rollout.per_game")
+               "rollout.opponents", "rollout.per_game", "rollout.game_weights")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -322,8 +329,9 @@ def config_from_dict(data: dict, model: type[BaseModel] | None = None):
     try:
         return (model or Config).model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "config"
+        errors = e.errors()  # a union (an opponent or a curriculum) fails once per branch:
+        err = next((x for x in errors if "str" not in x["loc"]), errors[0])  # report the richer
+        where = ".".join(str(p) for p in err["loc"] if "[" not in str(p)) or "config"
         if err["type"] == "extra_forbidden":
             raise ConfigError(f"unknown config key {where!r}") from None
         msg = err["msg"].removeprefix("Value error, ")
@@ -332,20 +340,37 @@ def config_from_dict(data: dict, model: type[BaseModel] | None = None):
         raise ConfigError(f"bad config value for {where!r}: {msg}") from None
 
 
+def read_preset(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML preset as a dict. `extends: other.yaml` (relative to the preset's folder) names a
+    base preset whose values the file's own values override, key by key (chains allowed)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    if p.resolve() in _seen:
+        raise ConfigError(f"config file {p} extends itself (through: "
+                          + " -> ".join(str(s.name) for s in _seen) + ")")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of sections")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"config file {p}: 'extends' must name one preset file")
+    return _merge(read_preset(p.parent / base, (*_seen, p.resolve())), data)
+
+
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
-                model: type[BaseModel] | None = None):
-    """Read a YAML preset (or the defaults when `path` is None) and apply overrides."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of sections")
+                model: type[BaseModel] | None = None, overlays: list[str] | tuple[str, ...] = ()):
+    """Read a YAML preset (or the defaults when `path` is None), merge the `overlays` (partial
+    presets, e.g. a scale such as `configs/scales/smoke.yaml`) on top in order, then apply
+    the `key=value` overrides."""
+    data: dict = read_preset(path) if path is not None else {}
+    for overlay in overlays:
+        data = _merge(data, read_preset(overlay))
     return config_from_dict(_merge(data, parse_overrides(overrides)), model)
 
 

@@ -180,3 +180,25 @@ def radar_chart(scores: dict[str, dict[str, float]], path, title: str = "") -> N
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def comparison_table(scores: dict[str, dict[str, float]]) -> tuple[list[dict], str]:
+    """The ablation table (the MARS paper's Table 4 layout): one row per policy, one column per
+    game (normalized return, 0-100, in the suite's game order) and their mean. Returns the rows
+    (for JSON / an MLflow table) and the same table as Markdown."""
+    games = [g for g in GAMES if any(g in s for s in scores.values())]
+    rows = []
+    for label, per_game in scores.items():
+        row = {"policy": label, **{g: per_game.get(g) for g in games}}
+        seen = [v for v in (per_game.get(g) for g in games) if v is not None]
+        row["mean"] = sum(seen) / len(seen) if seen else None
+        rows.append(row)
+
+    def cell(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    header = ["policy", *games, "mean"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join([r["policy"], *(cell(r[c]) for c in header[1:])]) + " |"
+              for r in rows]
+    return rows, "\n".join(lines) + "\n"

@@ -1,12 +1,14 @@
-"""PPO-style policy loss and k3 KL penalty (MARS settings), as pure tensor functions.
+"""PPO-style policy loss, k3 KL penalty and entropy bonus (MARS settings), as pure tensor
+functions, with the token aggregation modes.
 
 Shapes: B sequences (one per turn completion) padded to T tokens. `mask` [B, T] is 1 on
 completion tokens and 0 on prompt and padding tokens. Advantages come one per sequence [B]
 (broadcast to its tokens) or already per token [B, T]; the loss does not know which estimator
 produced them.
 
-Only `logp` carries gradient: `logp_old`, `logp_ref` and `advantages` are detached here, so a
-caller cannot leak gradient into the sampler's or the reference model's numbers by mistake.
+Only `logp` (and `entropy`, a function of the same policy) carries gradient: `logp_old`,
+`logp_ref` and `advantages` are detached here, so a caller cannot leak gradient into the
+sampler's or the reference model's numbers by mistake.
 Arithmetic runs in at least float32 (bf16 ratios are too coarse for the clip test).
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import torch
 
 Tensor = torch.Tensor
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum")
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -43,7 +46,7 @@ def policy_loss(
     token whose ratio exploded on a negative advantage cannot dominate the batch.
 
     Args: logp, logp_old, mask [B, T]; advantages [B] or [B, T].
-    Returns: loss [B, T], zero where mask is 0 (reduce it with `masked_seq_mean`).
+    Returns: loss [B, T], zero where mask is 0 (reduce it with `aggregate`).
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
@@ -70,20 +73,55 @@ def kl_k3(logp: Tensor, logp_ref: Tensor) -> Tensor:
     return torch.exp(q) - q - 1.0
 
 
-def masked_seq_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean over each sequence's masked tokens, then mean over sequences.
+def _check_mode(mode: str) -> None:
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {mode!r}; choose one of: " + ", ".join(AGGREGATIONS))
 
-    Every sequence weighs the same whatever its length (the MARS "seq-mean-token-mean").
-    Sequences with no masked token are left out; if all are empty the result is 0 and still
-    part of the graph, so `backward()` works and gives zero gradients.
-    Args: x, mask [B, T]. Returns: scalar.
-    """
+
+def aggregate_denominator(mask: Tensor, mode: str) -> float:
+    """The normaliser D of `aggregate` for this mask: the number of masked tokens
+    (token_mean) or of sequences with at least one masked token (the two seq modes).
+    Args: mask [B, T]. Returns: a python float (0.0 for an all-empty mask)."""
+    _check_mode(mode)
     keep = mask.bool()
-    total = torch.where(keep, x, torch.zeros_like(x)).sum(dim=-1)
-    count = keep.sum(dim=-1)
-    per_seq = total / count.clamp(min=1).to(total.dtype)
-    has_tokens = (count > 0).to(total.dtype)
-    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    if mode == "token_mean":
+        return float(keep.sum())
+    return float((keep.sum(dim=-1) > 0).sum())
+
+
+def aggregate(x: Tensor, mask: Tensor, mode: str = "seq_mean_token_mean",
+              denominator: float | None = None) -> Tensor:
+    """Reduce per-token values to one number, as a sum over a normaliser D:
+
+    - seq_mean_token_mean: sum_s mean_{t in s} x[s, t] / D, D = #sequences with >= 1 token
+      (MARS: every sequence weighs the same whatever its length);
+    - token_mean: sum_{s, t} x[s, t] / D, D = #masked tokens (every token weighs the same);
+    - seq_mean_token_sum: sum_s sum_{t in s} x[s, t] / D, D = #sequences with >= 1 token.
+
+    With `denominator=None`, D comes from this mask (a standalone mean). Passing the D of a
+    whole minibatch makes the values of its chunks add up exactly to the whole-minibatch
+    value, which is what gradient accumulation needs. Positions where mask is 0 never count
+    (even if x is inf/nan there); empty sequences are left out; D = 0 gives 0, still part of
+    the graph so `backward()` works and gives zero gradients.
+    Args: x, mask [B, T]. Returns: scalar in at least float32.
+    """
+    _check_mode(mode)
+    if denominator is not None and not denominator >= 0:
+        raise ValueError(f"aggregation denominator must be >= 0, got {denominator}")
+    keep = mask.bool()
+    x = x.to(_compute_dtype(x))
+    per_seq = torch.where(keep, x, torch.zeros_like(x)).sum(dim=-1)
+    if mode == "seq_mean_token_mean":
+        per_seq = per_seq / keep.sum(dim=-1).clamp(min=1).to(per_seq.dtype)
+    d = aggregate_denominator(mask, mode) if denominator is None else float(denominator)
+    return per_seq.sum() / max(d, 1.0)
+
+
+def masked_seq_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean over each sequence's masked tokens, then mean over sequences: `aggregate` in mode
+    seq_mean_token_mean with this mask's own denominator (kept for callers and tests).
+    Args: x, mask [B, T]. Returns: scalar."""
+    return aggregate(x, mask, "seq_mean_token_mean")
 
 
 def _token_mean(x: Tensor, mask: Tensor) -> float:
@@ -91,6 +129,15 @@ def _token_mean(x: Tensor, mask: Tensor) -> float:
     keep = mask.bool()
     n = int(keep.sum())
     return float(x.detach()[keep].float().sum()) / n if n else 0.0
+
+
+def _check_terms(logp_ref, kl_coef: float, entropy, entropy_coef: float) -> None:
+    if logp_ref is None and kl_coef != 0:
+        raise ValueError("logp_ref is required when kl_coef != 0")
+    if entropy_coef < 0:
+        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
+    if entropy is None and entropy_coef != 0:
+        raise ValueError("entropy is required when entropy_coef != 0")
 
 
 def ppo_objective(
@@ -102,22 +149,38 @@ def ppo_objective(
     clip_eps: float = 0.2,
     dual_clip: float | None = None,
     kl_coef: float = 0.2,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+    aggregation: str = "seq_mean_token_mean",
+    denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """The MARS training loss: seq-mean-token-mean of the clipped surrogate plus
-    `kl_coef` x seq-mean-token-mean of k3 KL to the reference policy.
+    """The training loss: loss = pg + kl_coef * kl - entropy_coef * entropy, each term the
+    `aggregate` (mode `aggregation`, normaliser `denominator`) of its per-token values: the
+    clipped surrogate, the k3 KL to the reference policy and the policy's token entropy.
+    MARS: seq_mean_token_mean, kl_coef 0.2, entropy_coef 0.
 
     Args: logp, logp_old, mask [B, T]; logp_ref [B, T] or None (allowed only when
-    kl_coef == 0); advantages [B] or [B, T].
+    kl_coef == 0); advantages [B] or [B, T]; entropy [B, T] (with gradient) or None (allowed
+    only when entropy_coef == 0); denominator: see `aggregate` (None: this batch's own).
     Returns: (loss scalar, metrics) with metrics pg_loss, kl (0.0 without a reference),
-    clip_frac (share of completion tokens where the clipped term was the active one) and
-    ratio_mean (mean ratio over completion tokens), all python floats.
+    entropy (0.0 when not given), clip_frac (share of completion tokens where the clipped term
+    was the active one) and ratio_mean (mean ratio over completion tokens), python floats.
+    With a shared denominator, loss/pg_loss/kl/entropy are this chunk's share of the
+    minibatch value (they add up over chunks); clip_frac and ratio_mean are this chunk's means.
     """
-    if logp_ref is None and kl_coef != 0:
-        raise ValueError("logp_ref is required when kl_coef != 0")
-    pg = policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps, dual_clip=dual_clip)
-    pg_loss = masked_seq_mean(pg, mask)
-    kl = masked_seq_mean(kl_k3(logp, logp_ref), mask) if logp_ref is not None else None
-    loss = pg_loss + kl_coef * kl if (kl is not None and kl_coef != 0) else pg_loss
+    _check_terms(logp_ref, kl_coef, entropy, entropy_coef)
+
+    def agg(x: Tensor) -> Tensor:
+        return aggregate(x, mask, aggregation, denominator)
+
+    pg_loss = agg(policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps, dual_clip=dual_clip))
+    kl = agg(kl_k3(logp, logp_ref)) if logp_ref is not None else None
+    ent = agg(entropy) if entropy is not None else None
+    loss = pg_loss
+    if kl is not None and kl_coef != 0:
+        loss = loss + kl_coef * kl
+    if ent is not None and entropy_coef != 0:
+        loss = loss - entropy_coef * ent
     with torch.no_grad():
         dtype = _compute_dtype(logp)
         ratio = torch.exp(logp.to(dtype) - logp_old.to(dtype))
@@ -126,6 +189,7 @@ def ppo_objective(
         metrics = {
             "pg_loss": float(pg_loss.detach()),
             "kl": float(kl.detach()) if kl is not None else 0.0,
+            "entropy": float(ent.detach()) if ent is not None else 0.0,
             "clip_frac": _token_mean(clipped.to(dtype), mask),
             "ratio_mean": _token_mean(ratio, mask),
         }

@@ -178,12 +178,16 @@ class RolloutStats:
         return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
 
 
-def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: PromptBuilder | None,
-                  sampling: SamplingParams, *, record_bot_prompts: bool = False,
-                  progress: bool = True, stats: RolloutStats | None = None,
+def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] | None,
+                  prompts: PromptBuilder | None, sampling: SamplingParams, *,
+                  record_bot_prompts: bool = False, progress: bool = True,
+                  stats: RolloutStats | None = None,
                   per_game: dict[str, SamplingParams] | None = None) -> list[Episode]:
     """Play every spec to the end, concurrently; returns the episodes in spec order.
-    `per_game` replaces `sampling` for the games it names."""
+    `engine` serves every model seat, or is a dict agent name -> engine (the policy and frozen
+    opponents: one batched call per model and sampling setting). `per_game` replaces
+    `sampling` for the games it names."""
+    engines = engine if isinstance(engine, dict) else None
     live = [_start(s) for s in specs]
     done: dict[int, Episode] = {}
     stats = stats if stats is not None else RolloutStats()
@@ -202,12 +206,14 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: Prom
         if not pending:
             break
         params = [(per_game or {}).get(g.spec.game, sampling) for g, _ in pending]
-        by_params: dict[SamplingParams, list[int]] = defaultdict(list)
-        for i, p in enumerate(params):
-            by_params[p].append(i)
+        calls: dict[tuple, list[int]] = defaultdict(list)
+        for i, ((g, t), p) in enumerate(zip(pending, params)):
+            agent = g.spec.agents[t["player"]] if engines is not None else ""
+            calls[(agent, p)].append(i)
         completions: list[Completion | None] = [None] * len(pending)
-        for p, idx in by_params.items():  # one engine call per sampling setting
-            got = _generate(engine, prompts, p, [pending[i][1] for i in idx], stats)
+        for (agent, p), idx in calls.items():  # one engine call per model and sampling setting
+            model = _engine_for(engines, agent) if engines is not None else engine
+            got = _generate(model, prompts, p, [pending[i][1] for i in idx], stats)
             for i, c in zip(idx, got):
                 completions[i] = c
         for (g, t), c, p in zip(pending, completions, params):
@@ -216,6 +222,12 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | None, prompts: Prom
             _record(g, t, reply, verdict, c, prompts)
     bar.close()
     return [done[i] for i in range(len(live))]
+
+
+def _engine_for(engines: dict[str, Engine], agent: str) -> Engine:
+    if agent not in engines:
+        raise ValueError(f"no engine for the model seat {agent!r}; engines: {', '.join(engines)}")
+    return engines[agent]
 
 
 def _generate(engine: Engine, prompts: PromptBuilder, sampling: SamplingParams,

@@ -1,8 +1,8 @@
-"""The policy update: sequence log-probs, one PPO epoch over a batch of turns, warm-up SFT.
+"""The policy update: sequence log-probs, PPO epochs over a batch of turns, warm-up SFT.
 
 The trainer does not know which estimator produced the advantages: it receives samples
 (prompt ids, completion ids, advantage) and applies the clipped objective with the k3 KL
-penalty to a frozen reference model (SPEC section 4).
+penalty to a frozen reference model and an optional entropy bonus (SPEC section 4).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mars_core.config import AlgorithmConfig, OptimConfig
-from mars_core.losses import ppo_objective
+from mars_core.losses import aggregate_denominator, ppo_objective
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,16 @@ def _left_pad(samples: list[Sample], pad_id: int):
 
 
 def sequence_logprobs(model, samples: list[Sample], temperature: float, pad_id: int,
-                      bf16: bool = False):
+                      bf16: bool = False, with_entropy: bool = False):
     """Log-probs of each sample's completion tokens under softmax(logits / temperature).
 
     Sequences are left-padded so that every completion ends at the last position; only the
     last `max_completion + 1` positions go through the LM head (`logits_to_keep`), which keeps
     memory proportional to the completion, not the prompt. Returns (logp, mask), both [B, C]
     with C = the longest completion; mask is 1 on real completion tokens (right-aligned).
+    With `with_entropy`, returns (logp, mask, entropy): entropy [B, C] is the per-token entropy
+    H = -sum_v p_v log p_v of that same tempered softmax, with gradient (it costs one more
+    pass over the vocabulary, so it is only computed when asked).
     """
     device = next(model.parameters()).device
     ids, attn = _left_pad(samples, pad_id)
@@ -70,10 +73,13 @@ def sequence_logprobs(model, samples: list[Sample], temperature: float, pad_id: 
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
                        logits_to_keep=c + 1).logits[:, :-1].float()
     t = temperature if temperature > 0 else 1.0
-    logp = torch.log_softmax(logits / t, dim=-1).gather(-1, ids[:, -c:].unsqueeze(-1)).squeeze(-1)
+    log_probs = torch.log_softmax(logits / t, dim=-1)
+    logp = log_probs.gather(-1, ids[:, ids.shape[1] - c:].unsqueeze(-1)).squeeze(-1)
     lengths = torch.tensor([len(s.completion_ids) for s in samples], device=device)
     mask = (torch.arange(c, device=device).unsqueeze(0) >= (c - lengths).unsqueeze(1)).float()
-    return logp, mask
+    if not with_entropy:
+        return logp, mask
+    return logp, mask, -(log_probs.exp() * log_probs).sum(-1)
 
 
 def make_optimizer(model, cfg: OptimConfig, total_steps: int):
@@ -98,59 +104,120 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _logps_no_grad(model, samples, temperature, pad_id, micro, bf16) -> list[torch.Tensor]:
+def _plan(samples: list[Sample], epochs: int, n_mb: int, seed: int) -> list[list[list[int]]]:
+    """Sample indices per epoch and minibatch. Each epoch reshuffles (one rng from `seed`, so
+    epoch 0 is the single-epoch order), sorts stably by game and deals round-robin, so every
+    minibatch sees the games in equal shares (the generalist)."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(epochs):
+        order = list(range(len(samples)))
+        rng.shuffle(order)
+        order.sort(key=lambda i: samples[i].game)  # stable: still shuffled within a game
+        plan.append([order[i::n_mb] for i in range(n_mb)])
+    return plan
+
+
+def _per_sample_logps(model, samples, chunks, temperature, pad_id, bf16) -> dict[int, torch.Tensor]:
+    """No-grad log-probs of each sample's completion tokens ([len(completion)] each), computed
+    chunk by chunk over `chunks` (lists of sample indices covering every sample once)."""
+    out = {}
     with torch.no_grad():
-        return [sequence_logprobs(model, chunk, temperature, pad_id, bf16)[0]
-                for chunk in _chunks(samples, micro)]
+        for chunk in chunks:
+            logp, mask = sequence_logprobs(model, [samples[i] for i in chunk], temperature,
+                                           pad_id, bf16)
+            for row, i in enumerate(chunk):
+                out[i] = logp[row][mask[row].bool()]
+    return out
+
+
+def _right_aligned(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Stack 1-D tensors right-aligned into `like`'s [B, C] shape (zeros on the left)."""
+    out = torch.zeros_like(like)
+    for r, v in enumerate(rows):
+        if len(v):
+            out[r, like.shape[1] - len(v):] = v
+    return out
+
+
+def _minibatch_denominator(samples: list[Sample], mode: str) -> float:
+    """`aggregate_denominator` of the whole minibatch, from completion lengths (no forward)."""
+    lengths = torch.tensor([len(s.completion_ids) for s in samples])
+    mask = torch.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(1)
+    return aggregate_denominator(mask, mode)
+
+
+def _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pad_id,
+          bf16) -> dict[str, float]:
+    """Accumulate the gradient of one minibatch (indices `mb`) over micro-batches; returns
+    its metrics (before the optimizer step). Each chunk's terms use the minibatch's
+    denominator, so the chunks add up exactly to the one-big-batch loss for every mode."""
+    mode = algo.loss_aggregation
+    mb_samples = [samples[i] for i in mb]
+    denom = _minibatch_denominator(mb_samples, mode)
+    tokens = sum(len(s.completion_ids) for s in mb_samples)
+    metrics: dict[str, float] = {}
+    for chunk in _chunks(mb, optim.micro_batch_size):
+        batch = [samples[i] for i in chunk]
+        logp, mask, *ent = sequence_logprobs(model, batch, temperature, pad_id, bf16,
+                                             with_entropy=algo.entropy_coef > 0)
+        old = (_right_aligned([old_logps[i] for i in chunk], logp) if old_logps is not None
+               else logp.detach())
+        ref = _right_aligned([ref_logps[i] for i in chunk], logp) if ref_logps is not None else None
+        adv = torch.tensor([s.advantage for s in batch], dtype=logp.dtype, device=logp.device)
+        loss, m = ppo_objective(logp, old, ref, adv, mask, clip_eps=algo.clip_eps,
+                                dual_clip=algo.dual_clip, kl_coef=algo.kl_coef,
+                                entropy=ent[0] if ent else None, entropy_coef=algo.entropy_coef,
+                                aggregation=mode, denominator=denom)
+        loss.backward()
+        m["loss"] = float(loss.detach())
+        share = float(mask.sum()) / tokens if tokens else 0.0  # token means: weigh by tokens
+        for k, v in m.items():
+            metrics[k] = metrics.get(k, 0.0) + (v * share if k in ("clip_frac", "ratio_mean") else v)
+    return metrics
 
 
 def ppo_update(model, ref_model, optimizer, scheduler, samples: list[Sample],
                algo: AlgorithmConfig, optim: OptimConfig, *, temperature: float, pad_id: int,
                seed: int, bf16: bool = False, progress: bool = True) -> dict[str, float]:
-    """One PPO epoch: `optim.minibatches` optimizer steps over the shuffled samples, each
-    accumulated over micro-batches so that the update equals one big batch's. Minibatches are
-    dealt round-robin from the samples grouped by game, so every optimizer step sees the games
-    in equal shares (the generalist). Returns the mean of each metric over optimizer steps
-    (loss, kl, clip_frac, grad_norm, lr, ...)."""
-    order = list(range(len(samples)))
-    random.Random(seed).shuffle(order)
-    samples = sorted((samples[i] for i in order), key=lambda s: s.game)  # stable: still shuffled
+    """`algo.ppo_epochs` passes over the samples, each `optim.minibatches` optimizer steps
+    (reshuffled per epoch, games in equal shares per minibatch), each accumulated over
+    micro-batches of `optim.micro_batch_size` so that the update equals one big batch's for
+    every loss aggregation mode.
+
+    Old log-probs are computed once, before the first step, whenever more than one optimizer
+    step happens (otherwise the current ones, detached, are exact); reference log-probs once
+    per sample and only when kl_coef > 0 (`ref_model` may be None when kl_coef == 0); token
+    entropy only when entropy_coef > 0. Returns the mean of each metric over optimizer steps
+    (loss, pg_loss, kl, entropy, clip_frac, ratio_mean, grad_norm, lr) plus optimizer_steps
+    and samples."""
+    if algo.kl_coef > 0 and ref_model is None:
+        raise ValueError("ppo_update: kl_coef > 0 needs a reference model (ref_model is None)")
     n_mb = min(optim.minibatches, len(samples))
-    minibatches = [samples[i::n_mb] for i in range(n_mb)]
-    micro = optim.micro_batch_size
-    # Old log-probs are needed only when the policy moves between minibatches.
-    olds = [_logps_no_grad(model, mb, temperature, pad_id, micro, bf16)
-            for mb in minibatches] if len(minibatches) > 1 else None
+    plan = _plan(samples, algo.ppo_epochs, n_mb, seed)
+    first_chunks = [c for mb in plan[0] for c in _chunks(mb, optim.micro_batch_size)]
+    n_steps = algo.ppo_epochs * n_mb
+    old_logps = (_per_sample_logps(model, samples, first_chunks, temperature, pad_id, bf16)
+                 if n_steps > 1 else None)
+    ref_logps = (_per_sample_logps(ref_model, samples, first_chunks, temperature, pad_id, bf16)
+                 if algo.kl_coef > 0 else None)
     totals: dict[str, float] = {}
     model.train()
-    bar = tqdm(total=sum(len(_chunks(mb, micro)) for mb in minibatches), desc="train",
-               unit="micro", disable=not progress, leave=False)
-    for i, mb in enumerate(minibatches):
-        refs = (_logps_no_grad(ref_model, mb, temperature, pad_id, micro, bf16)
-                if algo.kl_coef > 0 else None)
+    bar = tqdm(total=algo.ppo_epochs * len(first_chunks), desc="train", unit="micro",
+               disable=not progress, leave=False)
+    for mb in (mb for epoch in plan for mb in epoch):
         optimizer.zero_grad(set_to_none=True)
-        step_metrics: dict[str, float] = {}
-        for j, chunk in enumerate(_chunks(mb, micro)):
-            logp, mask = sequence_logprobs(model, chunk, temperature, pad_id, bf16)
-            old = olds[i][j] if olds else logp.detach()
-            adv = torch.tensor([s.advantage for s in chunk], dtype=logp.dtype, device=logp.device)
-            loss, m = ppo_objective(logp, old, refs[j] if refs else None, adv, mask,
-                                    clip_eps=algo.clip_eps, dual_clip=algo.dual_clip,
-                                    kl_coef=algo.kl_coef)
-            weight = len(chunk) / len(mb)
-            (loss * weight).backward()
-            m["loss"] = float(loss.detach())
-            for k, v in m.items():
-                step_metrics[k] = step_metrics.get(k, 0.0) + weight * v
-            bar.update(1)
-        step_metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip))
-        step_metrics["lr"] = optimizer.param_groups[0]["lr"]
+        m = _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pad_id, bf16)
+        bar.update(len(_chunks(mb, optim.micro_batch_size)))
+        m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip))
+        m["lr"] = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
-        for k, v in step_metrics.items():
-            totals[k] = totals.get(k, 0.0) + v / len(minibatches)
+        for k, v in m.items():
+            totals[k] = totals.get(k, 0.0) + v / n_steps
     bar.close()
     model.eval()
+    totals["optimizer_steps"] = float(n_steps)
     totals["samples"] = float(len(samples))
     return totals
 

@@ -1,5 +1,15 @@
-"""Task: the training batch: the policy's eligible turns (gated steps are left out) with their
-advantages (by estimator name)."""
+"""Tasks between post-processing and training (SPEC sections 3 and 5):
+
+    bank_episodes -> build_batch -> compute_advantages
+
+`bank_episodes` adds the iteration's eligible policy steps (gated steps and opponents' turns
+stay out) to the episodes bank, `runs/<run>/bank/iter_<k>.parquet`. `build_batch` draws the
+training batch from the bank's last `batching.window` iterations (round-robin by game, reward
+bins, per-episode cap; steps of earlier batches excluded unless `batching.reuse`) and logs its
+composition. `compute_advantages` runs the configured estimator on the batch; a stateful
+estimator (RAE) reads its state from the policy's checkpoint and writes the updated state,
+which `train_step` saves into the next checkpoint, so a resumed run continues it exactly.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,38 +18,101 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.advantages import compute_advantages as estimate
-from tasks.common import run_stage
+from mars_core.advantages import compute_advantages as estimate, rae_update
+from mars_core.batching import bank_add, bank_read, build_batch as draw, composition_metrics, with_step_ids
+from mars_core.checkpoint import load_estimator_state
+from mars_core.stages import write_json
+from tasks.common import derive_seed, policy_at, run_stage
 from tasks.paths import read_config, stage_dir
 from tasks.postprocess import STAGE as REWARDS
 
-STAGE = "compute_advantages"
+BANK, BATCH, STAGE = "bank_episodes", "build_batch", "compute_advantages"
+BATCH_FILE, SAMPLES_FILE, STATE_FILE = "batch.parquet", "samples.parquet", "estimator_state.json"
 
 
-def advantage_options(cfg) -> dict:
+def bank_dir(run_dir: str) -> Path:
+    return Path(run_dir) / "bank"
+
+
+def advantage_options(cfg, state: dict | None = None) -> dict:
+    """The estimator's options from the config (group keys only where the user set them)."""
     a = cfg.algorithm
-    options: dict = {"group_keys": tuple(a.group_keys)}
-    if a.estimator == "mars":
+    options: dict = {}
+    if a.group_keys is not None:
+        options["group_keys"] = tuple(a.group_keys)
+    if a.estimator in ("mars", "mars_shared"):
         options["normalize_std"] = a.normalize_std
+    if a.estimator == "rae":
+        options["baselines"] = state or {}
     return options
+
+
+@task(name="bank_episodes", cache_policy=NO_CACHE)
+def bank_episodes(run_dir: str, k: int) -> dict:
+    """Iteration k's eligible policy steps into the episodes bank (idempotent on resume)."""
+    def body(out: Path) -> dict:
+        turns = pl.read_parquet(stage_dir(run_dir, k, REWARDS) / "turns.parquet")
+        steps = with_step_ids(turns.filter((pl.col("agent") == "policy") & pl.col("eligible")
+                                           & (pl.col("completion_ids").list.len() > 0)))
+        path = bank_add(bank_dir(run_dir), k, steps)
+        write_json(out / "bank.json", {"part": str(path), "steps": len(steps)})
+        return {"bank/steps_added": float(len(steps)),
+                "bank/episodes_added": float(steps["episode_id"].n_unique())}
+
+    return run_stage(run_dir, k, BANK, body, step=k)
+
+
+@task(name="build_batch", cache_policy=NO_CACHE)
+def build_batch(run_dir: str, k: int) -> dict:
+    """Iteration k's training batch, drawn from the bank; its composition is logged."""
+    cfg = read_config(Path(run_dir))
+    b = cfg.batching
+
+    def body(out: Path) -> dict:
+        first = max(0, k - b.window + 1)
+        pool = bank_read(bank_dir(run_dir), range(first, k + 1))
+        used: set[str] = set()
+        if not b.reuse:
+            for j in range(first, k):
+                used |= set(pl.read_parquet(stage_dir(run_dir, j, BATCH) / BATCH_FILE,
+                                            columns=["step_id"])["step_id"])
+        batch, comp = draw(pool, unit=b.unit, size=b.size, seed=derive_seed(cfg, k, 5),
+                           max_steps_per_episode=b.max_steps_per_episode,
+                           reward_bins=b.reward_bins, exclude=used)
+        batch.write_parquet(out / BATCH_FILE)
+        write_json(out / "composition.json", comp)
+        return composition_metrics(comp)
+
+    return run_stage(run_dir, k, BATCH, body, step=k)
 
 
 @task(name="compute_advantages", cache_policy=NO_CACHE)
 def compute_advantages(run_dir: str, k: int) -> dict:
+    """Advantages of the batch by the configured estimator; the samples the trainer reads."""
     cfg = read_config(Path(run_dir))
+    a = cfg.algorithm
 
     def body(out: Path) -> dict:
-        turns = pl.read_parquet(stage_dir(run_dir, k, REWARDS) / "turns.parquet")
-        turns = turns.filter((pl.col("agent") == "policy") & pl.col("eligible"))
-        with_adv = estimate(turns, cfg.algorithm.estimator, **advantage_options(cfg))
-        samples = with_adv.filter(pl.col("completion_ids").list.len() > 0).select(
-            "episode_id", "game", "role", "turn", "reward", "advantage", "prompt_ids",
-            "completion_ids", "logprobs")
-        samples.write_parquet(out / "samples.parquet")
+        batch = pl.read_parquet(stage_dir(run_dir, k, BATCH) / BATCH_FILE)
+        state = load_estimator_state(policy_at(run_dir, k)) if k > 0 else {}
+        with_adv = estimate(batch, a.estimator, **advantage_options(cfg, state.get(a.estimator)))
+        metrics: dict[str, float] = {}
+        if a.estimator == "rae":
+            keys = tuple(a.group_keys or ("game", "role"))
+            new = rae_update(state.get("rae") or {}, batch, group_keys=keys, decay=a.rae_decay)
+            state = {**state, "rae": new}
+            metrics |= {f"rae/baseline/{key.replace('|', '/')}": v for key, v in new.items()}
+        write_json(out / STATE_FILE, state)
+        if a.drop_zero_advantage:
+            metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
+            with_adv = with_adv.filter(pl.col("advantage") != 0)
+        samples = with_adv.select("step_id", "episode_id", "game", "role", "turn", "reward",
+                                  "advantage", "prompt_ids", "completion_ids", "logprobs")
+        samples.write_parquet(out / SAMPLES_FILE)
         adv = samples["advantage"]
-        return {"batch/samples": float(len(samples)),
-                "batch/advantage_mean": float(adv.mean() or 0.0),
-                "batch/advantage_std": float(adv.std() or 0.0),
-                "batch/advantage_abs_max": float(adv.abs().max() or 0.0)}
+        return metrics | {"batch/samples": float(len(samples)),
+                          "batch/advantage_mean": float(adv.mean() or 0.0),
+                          "batch/advantage_std": float(adv.std() or 0.0),
+                          "batch/advantage_abs_max": float(adv.abs().max() or 0.0)}
 
     return run_stage(run_dir, k, STAGE, body, step=k)

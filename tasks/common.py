@@ -62,6 +62,18 @@ def policy_at(run_dir: Path, k: int) -> str:
     return initial_policy(run_dir) if k == 0 else str(checkpoint_dir(run_dir, k - 1))
 
 
+def frozen_snapshots(run_dir: Path, k: int) -> dict[str, str]:
+    """Frozen opponents available to iteration k: the start policy and every earlier
+    checkpoint, before the current policy (k-1), whose weights are still on disk
+    (`checkpoint.keep_last` / `keep_every`). Label -> model folder."""
+    snapshots = {"start": initial_policy(run_dir)}
+    for j in range(k - 1):
+        folder = checkpoint_dir(run_dir, j)
+        if any(folder.glob("*.safetensors")):
+            snapshots[f"iter_{j:04d}"] = str(folder)
+    return snapshots
+
+
 def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
     return PromptBuilder(tokenizer, cfg.rollout.prefill, cfg.rollout.keep_history,
                          cfg.model.max_context_tokens)

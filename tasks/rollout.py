@@ -1,41 +1,69 @@
-"""Task: self-play games of the current policy, stored as Parquet (one row per turn)."""
+"""Task: the iteration's games of the current policy (self-play, or against the opponents the
+samplers draw), stored as Parquet (one row per turn)."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.games.bots import SELF
-from mars_core.games.registry import make_game
 from mars_core.reports import rollout_metrics, transcript
 from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes
+from mars_core.samplers import FROZEN, is_frozen, plan_episodes
 from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns_frame
-from tasks.common import derive_seed, make_engine, policy_at, prompt_builder, run_stage, sampling
+from tasks.common import (derive_seed, frozen_snapshots, make_engine, policy_at, prompt_builder,
+                          run_stage, sampling)
 from tasks.paths import read_config
 from tasks.tracking import log_artifacts
 
 STAGE = "generate_rollouts"
 
 
-def self_play_specs(games: tuple[str, ...], n: int, k: int, seed: int,
-                    opponents: dict[str, str] | None = None,
-                    agent: str = "policy") -> list[EpisodeSpec]:
-    """n games, round-robin over `games`; ids are unique per iteration and game. `agent`
-    takes every seat (self-play) unless `opponents` names a bot for the game: then `agent`
-    takes one seat, rotating over the game's episodes, and the bot the others."""
-    specs = []
-    for i in range(n):
-        game = games[i % len(games)]
-        players = make_game(game).num_players
-        opponent = (opponents or {}).get(game, SELF)
-        seat = (i // len(games)) % players
-        agents = tuple(agent if opponent == SELF or p == seat else opponent
-                       for p in range(players))
-        specs.append(EpisodeSpec(f"it{k:04d}-{game}-{i:04d}", game, seed + i, agents))
+def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
+    """Iteration k's episodes from the samplers (environment, opponent, position), with the
+    `frozen` opponent placeholder replaced by one earlier checkpoint, drawn per iteration."""
+    r = cfg.rollout
+    pools = {g: r.opponent_pool(g, k) for g in r.games}
+    specs = plan_episodes(r.games, r.episodes_per_iteration, k, seed, pools=pools,
+                          weights=r.game_weights, position=r.position)
+    if any(a == FROZEN for s in specs for a in s.agents):
+        label = random.Random(seed).choice(sorted(frozen_snapshots(run_dir, k)))
+        specs = [replace(s, agents=tuple(f"{FROZEN}:{label}" if a == FROZEN else a
+                                         for a in s.agents)) for s in specs]
     return specs
+
+
+def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
+    """The policy's engine, plus one per frozen checkpoint the plan names."""
+    policy = make_engine(cfg, policy_at(run_dir, k))
+    frozen = sorted({a for s in specs for a in s.agents if is_frozen(a)})
+    if not frozen:
+        return policy, policy
+    snapshots = frozen_snapshots(run_dir, k)
+    engines = {"policy": policy}
+    engines |= {a: make_engine(cfg, snapshots[a.split(":", 1)[1]]) for a in frozen}
+    return engines, policy
+
+
+def opponent_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Per game and opponent (self-play left out): episodes played and the policy's win rate,
+    the numbers a curriculum is tuned by. Frozen checkpoints count as one opponent."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for ep in episodes:
+        others = {a for a in ep.agents if a != "policy"}
+        if not others or "policy" not in ep.agents:
+            continue
+        opponent = FROZEN if any(is_frozen(a) for a in others) else sorted(others)[0]
+        seat = ep.agents.index("policy")
+        groups.setdefault((ep.game, opponent), []).append(ep.outcomes[seat])
+    metrics = {}
+    for (game, opponent), outcomes in sorted(groups.items()):
+        metrics[f"opponents/{game}/{opponent}/episodes"] = float(len(outcomes))
+        metrics[f"opponents/{game}/{opponent}/win_rate"] = outcomes.count("win") / len(outcomes)
+    return metrics
 
 
 def write_episodes(out: Path, episodes: list[Episode]) -> None:
@@ -62,12 +90,11 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        engine = make_engine(cfg, policy_at(run_dir, k))
         seed = derive_seed(cfg, k, 1)
-        specs = self_play_specs(cfg.rollout.games, cfg.rollout.episodes_per_iteration, k, seed,
-                                cfg.rollout.opponents)
+        specs = plan_iteration(cfg, run_dir, k, seed)
+        engines, engine = _engines(cfg, run_dir, k, specs)
         stats = RolloutStats()
-        episodes = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer),
+        episodes = play_episodes(specs, engines, prompt_builder(cfg, engine.tokenizer),
                                  sampling(cfg, seed), stats=stats,
                                  per_game=cfg.rollout.per_game_sampling(seed))
         write_episodes(out, episodes)
@@ -79,6 +106,7 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
             for game in cfg.rollout.games:
                 mine = [ep for ep in episodes if ep.game == game]
                 metrics |= {f"rollout/{game}/{key}": v for key, v in rollout_metrics(mine).items()}
+        metrics |= opponent_metrics(episodes)
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
         return metrics

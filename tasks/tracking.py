@@ -101,7 +101,7 @@ def log_metrics_once(run_dir: Path, metrics: dict[str, float], step: int,
     if any(m.step == step for m in client.get_metric_history(run_id, first)):
         return False
     now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())]
+    batch = [Metric(_metric_key(k), float(v), now, step) for k, v in sorted(metrics.items())]
     for i in range(0, len(batch), 500):
         client.log_batch(run_id, metrics=batch[i:i + 500])
     return True
@@ -219,3 +219,25 @@ def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
         client.set_terminated(child)
     client.set_terminated(parent)
     return parent
+
+
+def log_comparison(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],
+                   files: list[Path]) -> str:
+    """One MLflow run holding a comparison table: the params, one metric per policy and game
+    (`normalized_return/<policy>/<game>`), the table (MLflow table + files). Returns its id."""
+    import pandas as pd
+
+    client = MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    run_id = client.create_run(exp, run_name=f"compare {name}",
+                               tags={"mars.kind": "comparison"}).info.run_id
+    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    now = int(time.time() * 1000)
+    metrics = [Metric(_metric_key("normalized_return", r["policy"], col), float(v), now, 0)
+               for r in rows for col, v in r.items() if col != "policy" and v is not None]
+    client.log_batch(run_id, metrics=metrics)
+    client.log_table(run_id, pd.DataFrame(rows), "comparison_table.json")
+    for f in files:
+        client.log_artifact(run_id, str(f))
+    client.set_terminated(run_id)
+    return run_id

@@ -9,18 +9,19 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.checkpoint import TRAINER_STATE, load_trainer_state, save_model, save_trainer_state
+from mars_core.checkpoint import (ESTIMATOR_STATE, TRAINER_STATE, load_trainer_state, save_estimator_state,
+                                  save_model, save_trainer_state)
 from mars_core.models import load_model, load_tokenizer, resolve_model
 from mars_core.reports import rollout_metrics
 from mars_core.rollout import play_episodes
-from mars_core.stages import MARKER, write_json
+from mars_core.samplers import plan_episodes
+from mars_core.stages import MARKER, read_json, write_json
 from mars_core.trainer import Sample, make_optimizer, ppo_update, sft_steps
-from tasks.batching import STAGE as BATCH
+from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
 from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
                           run_stage, sampling, use_bf16)
 from tasks.paths import checkpoint_dir, read_config, stage_dir
 from tasks.tracking import register_model
-from tasks.rollout import self_play_specs
 
 def _is_heavy(name: str) -> bool:
     """Weights and optimizer state: what pruning removes from old checkpoints."""
@@ -39,7 +40,7 @@ def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
 
 def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
     """Invalid-action rate of the policy over a few self-play games (1.0 = never valid)."""
-    specs = self_play_specs(cfg.rollout.games, n_games, -1, seed)
+    specs = plan_episodes(cfg.rollout.games, n_games, -1, seed)
     eps = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer), sampling(cfg, seed),
                         progress=False, per_game=cfg.rollout.per_game_sampling(seed))
     return rollout_metrics(eps).get("invalid_action_rate", 1.0)
@@ -48,8 +49,8 @@ def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Positions from random games with the prompts the policy would see, each answered by a
     random legal action: `<answer>{action}</answer>` (minus the prefill) and end of turn."""
-    specs = self_play_specs(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed,
-                            agent="bot:random")
+    specs = plan_episodes(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed,
+                          agent="bot:random")
     prompts = prompt_builder(cfg, tokenizer)
     episodes = play_episodes(specs, None, prompts, sampling(cfg, seed), record_bot_prompts=True,
                              progress=False)
@@ -104,9 +105,10 @@ def train_step(run_dir: str, k: int) -> dict:
         path = policy_at(run_dir, k)
         model, tok = load_model(path), load_tokenizer(path)
         ref = load_model(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None
-        opt, sched = make_optimizer(model, cfg.optim, cfg.run.iterations * cfg.optim.minibatches)
+        steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
+        opt, sched = make_optimizer(model, cfg.optim, steps)
         load_trainer_state(path, opt, sched)
-        frame = pl.read_parquet(stage_dir(run_dir, k, BATCH) / "samples.parquet")
+        frame = pl.read_parquet(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
         samples = [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"],
                           r["game"]) for r in frame.iter_rows(named=True)]
         metrics = {}
@@ -116,6 +118,7 @@ def train_step(run_dir: str, k: int) -> dict:
                                  seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg))
         save_model(out, model, tok)
         save_trainer_state(out, opt, sched, k)
+        save_estimator_state(out, read_json(stage_dir(run_dir, k, BATCH) / STATE_FILE))
         return {f"train/{key}": v for key, v in metrics.items()}
 
     return run_stage(run_dir, k, "train_step", body, step=k)
@@ -135,8 +138,10 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
 
     metrics = run_stage(run_dir, k, "save_checkpoint", body, step=k)
     _drop_heavy(src)  # the published checkpoint holds the only link it still needs
+    every = cfg.checkpoint.keep_every
     for j in range(0, k - cfg.checkpoint.keep_last + 1):
-        _drop_heavy(checkpoint_dir(run_dir, j))
+        if not (every and (j + 1) % every == 0):
+            _drop_heavy(checkpoint_dir(run_dir, j))
     return metrics
 
 
@@ -154,7 +159,7 @@ def register_final(run_dir: str) -> int:
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
 
     def body(out: Path) -> dict:
-        _link_files(final, out, skip=(TRAINER_STATE, "checkpoint.json"))
+        _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, "checkpoint.json"))
         return {}
 
     run_stage(run_dir, "final", "model", body, step=None)

@@ -11,8 +11,8 @@ def test_presets_load():
 
 
 def test_overrides_are_typed():
-    cfg = load_config(None, ["rollout.temperature=0.8", "algorithm.estimator=grpo", "run.iterations=3"])
-    assert cfg.rollout.temperature == 0.8 and cfg.algorithm.estimator == "grpo"
+    cfg = load_config(None, ["rollout.temperature=0.8", "algorithm.estimator=grpo_trajectory", "run.iterations=3"])
+    assert cfg.rollout.temperature == 0.8 and cfg.algorithm.estimator == "grpo_trajectory"
     assert cfg.run.iterations == 3
 
 
@@ -42,3 +42,48 @@ def test_missing_and_invalid_files(tmp_path):
     bad.write_text("run: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_extends_and_overlays_merge_in_order(tmp_path):
+    (tmp_path / "base.yaml").write_text("run: {iterations: 7, seed: 3}\nrollout: {temperature: 0.9}\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nrun: {iterations: 5}\n")
+    (tmp_path / "scale.yaml").write_text("run: {iterations: 1}\nrollout: {max_new_tokens: 9}\n")
+    cfg = load_config(tmp_path / "child.yaml")
+    assert (cfg.run.iterations, cfg.run.seed, cfg.rollout.temperature) == (5, 3, 0.9)
+    cfg = load_config(tmp_path / "child.yaml", ["run.seed=4"], overlays=[tmp_path / "scale.yaml"])
+    assert (cfg.run.iterations, cfg.run.seed, cfg.rollout.max_new_tokens) == (1, 4, 9)
+
+
+def test_extends_refuses_cycles_and_missing_bases(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="config file not found: .*nowhere.yaml"):
+        load_config(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize("items, message", [
+    (["algorithm.estimator=mars", "batching.unit=step"], "needs whole trajectories"),
+    (["algorithm.estimator=mars_shared", "algorithm.group_keys=[game, role]"], "groups by game alone"),
+    (["algorithm.loss_aggregation=token_sum"], "loss_aggregation"),
+    (["batching.size=0"], "batching.size"),
+])
+def test_algorithm_and_batching_checks(items, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, items)
+
+
+def test_every_ablation_preset_loads_at_the_smoke_scale():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    estimators = {}
+    for preset in sorted((root / "ablations").glob("*.yaml")):
+        cfg = load_config(preset, overlays=[root / "scales/smoke.yaml"])
+        assert cfg.run.iterations == 2 and cfg.rollout.games == ("tic_tac_toe", "kuhn_poker", "mini_hanabi")
+        estimators[preset.stem] = (cfg.algorithm.estimator, bool(cfg.rollout.opponents))
+    assert estimators == {"mars": ("mars", False), "wo_turn_level": ("grpo_trajectory", False),
+                          "wo_agent_specific": ("mars_shared", False),
+                          "fixed_opponent": ("mars", True)}

@@ -69,9 +69,14 @@ def test_prefect_yaml_deployments_point_at_the_flows():
         assert set(params) <= set(flow.parameters.properties)  # no misspelled parameter
         if flow.name == "mars-train":
             load_config(REPO / params["config"])
+        elif flow.name == "mars-compare":
+            from flows.compare import ABLATIONS
+
+            for preset in params.get("presets") or ABLATIONS:
+                load_config(REPO / preset, overlays=[REPO / o for o in params["overlays"]])
         else:
             load_strategic_config(REPO / params["preset"])
-    assert names == {"mars-train", "mars-eval-strategic"}
+    assert names == {"mars-train", "mars-eval-strategic", "mars-compare"}
 
 
 def test_mars_preset_is_the_papers_suite():

@@ -1,5 +1,6 @@
-"""PPO loss and k3 KL: per-token loop references, hand-computed dual-clip cases, masking,
-and which tensors gradient reaches."""
+"""PPO loss, k3 KL, entropy bonus and token aggregation: per-token loop references,
+hand-computed dual-clip and aggregation cases, masking, chunk additivity, and which tensors
+gradient reaches."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,8 @@ import math
 import pytest
 import torch
 
-from mars_core.losses import kl_k3, masked_seq_mean, policy_loss, ppo_objective
+from mars_core.losses import (AGGREGATIONS, aggregate, aggregate_denominator, kl_k3,
+                              masked_seq_mean, policy_loss, ppo_objective)
 
 
 def loop_policy_loss(logp, logp_old, adv, mask, clip_eps=0.2, dual_clip=None):
@@ -181,7 +183,8 @@ def test_ppo_objective_matches_loop(seed, dual_clip):
     assert float(loss) == pytest.approx(pg + 0.2 * kl, rel=1e-10)
     assert metrics["pg_loss"] == pytest.approx(pg, rel=1e-10)
     assert metrics["kl"] == pytest.approx(kl, rel=1e-10)
-    assert set(metrics) == {"pg_loss", "kl", "clip_frac", "ratio_mean"}
+    assert set(metrics) == {"pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"}
+    assert metrics["entropy"] == 0.0  # not given: not computed
     assert all(isinstance(v, float) for v in metrics.values())
 
 
@@ -219,3 +222,132 @@ def test_bf16_inputs_are_computed_in_float32():
     logp, logp_old, logp_ref, adv, mask = random_batch(2)
     loss, _ = ppo_objective(logp.bfloat16(), logp_old.bfloat16(), logp_ref.bfloat16(), adv, mask)
     assert loss.dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------ aggregation
+
+# lengths 3, 1, 0: sequence sums 9 and 4, means 3 and 4, 4 tokens in all
+AGG_X = [[1.0, 3.0, 5.0], [4.0, float("nan"), 1e9], [1e9, 1e9, float("inf")]]
+AGG_MASK = [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
+AGG_HAND = {  # mode: (value, denominator, d value / d x on the masked tokens)
+    "seq_mean_token_mean": ((3.0 + 4.0) / 2, 2.0, [[1 / 6] * 3, [1 / 2, 0, 0]]),
+    "token_mean": (13.0 / 4, 4.0, [[1 / 4] * 3, [1 / 4, 0, 0]]),
+    "seq_mean_token_sum": ((9.0 + 4.0) / 2, 2.0, [[1 / 2] * 3, [1 / 2, 0, 0]]),
+}
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_aggregate_by_hand(mode):
+    x = torch.tensor(AGG_X, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor(AGG_MASK)
+    value, denom, grad = AGG_HAND[mode]
+    out = aggregate(x, mask, mode)
+    assert float(out.detach()) == pytest.approx(value, rel=1e-12)
+    assert aggregate_denominator(mask, mode) == denom
+    out.backward()  # padding (nan, inf, 1e9) never reaches the value or the gradient
+    torch.testing.assert_close(x.grad, torch.tensor(grad + [[0.0] * 3], dtype=torch.float64))
+
+
+def test_aggregation_modes_differ_on_unequal_lengths():
+    x, mask = torch.tensor(AGG_X), torch.tensor(AGG_MASK)
+    values = {m: float(aggregate(x, mask, m)) for m in AGGREGATIONS}
+    assert len(set(values.values())) == 3
+    assert float(masked_seq_mean(x, mask)) == values["seq_mean_token_mean"]
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunks_with_the_batch_denominator_add_up_to_the_batch(mode, seed):
+    logp, *_, mask = random_batch(seed, B=7)
+    whole = aggregate(logp, mask, mode)
+    denom = aggregate_denominator(mask, mode)
+    for bounds in ([0, 1, 4, 7], [0, 2, 3, 5, 7], list(range(8))):
+        parts = [aggregate(logp[a:b], mask[a:b], mode, denominator=denom)
+                 for a, b in zip(bounds, bounds[1:])]
+        assert float(sum(parts)) == pytest.approx(float(whole), rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_ppo_objective_chunks_add_up_with_gradients(mode):
+    logp, logp_old, logp_ref, adv, mask = random_batch(7, B=8)
+    ent = torch.rand(8, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def run(rows, denom):
+        lp = logp[rows].clone().requires_grad_(True)
+        e = ent[rows].clone().requires_grad_(True)
+        loss, m = ppo_objective(lp, logp_old[rows], logp_ref[rows], adv[rows], mask[rows],
+                                dual_clip=3.0, kl_coef=0.2, entropy=e, entropy_coef=0.05,
+                                aggregation=mode, denominator=denom)
+        loss.backward()
+        return float(loss.detach()), m, lp.grad, e.grad
+
+    loss, m, g_lp, g_e = run(slice(0, 8), None)
+    denom = aggregate_denominator(mask, mode)
+    parts = [run(slice(i, i + 1), denom) for i in range(8)]
+    assert sum(p[0] for p in parts) == pytest.approx(loss, rel=1e-12)
+    for key in ("pg_loss", "kl", "entropy"):
+        assert sum(p[1][key] for p in parts) == pytest.approx(m[key], rel=1e-12)
+    torch.testing.assert_close(torch.cat([p[2] for p in parts]), g_lp)
+    torch.testing.assert_close(torch.cat([p[3] for p in parts]), g_e)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_aggregate_all_empty_is_zero_with_grad(mode):
+    x = torch.randn(3, 4, requires_grad=True)
+    mask = torch.zeros(3, 4)
+    assert aggregate_denominator(mask, mode) == 0.0
+    for denom in (None, 0.0, 5.0):
+        out = aggregate(x, mask, mode, denominator=denom)
+        assert float(out.detach()) == 0.0 and out.requires_grad
+        out.backward()
+    assert torch.all(x.grad == 0)
+
+
+def test_aggregate_rejects_bad_mode_and_denominator():
+    x, mask = torch.ones(2, 3), torch.ones(2, 3)
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate(x, mask, "seq_sum")
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate_denominator(mask, "token_sum")
+    with pytest.raises(ValueError, match="denominator"):
+        aggregate(x, mask, "token_mean", denominator=-1.0)
+    with pytest.raises(ValueError, match="aggregation"):
+        ppo_objective(x, x, None, torch.ones(2), mask, kl_coef=0.0, aggregation="mean")
+
+
+# ------------------------------------------------------------------------------ entropy, no KL
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy(mode):
+    logp, logp_old, logp_ref, adv, mask = random_batch(3)
+    ent = torch.rand(logp.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    base, m0 = ppo_objective(logp, logp_old, logp_ref, adv, mask, aggregation=mode)
+    e = ent.clone().requires_grad_(True)
+    loss, m = ppo_objective(logp, logp_old, logp_ref, adv, mask, entropy=e, entropy_coef=0.1,
+                            aggregation=mode)
+    h = float(aggregate(ent, mask, mode))
+    assert h > 0 and m["entropy"] == pytest.approx(h, rel=1e-12)
+    assert float(loss.detach()) == pytest.approx(float(base) - 0.1 * h, rel=1e-12)
+    assert m["pg_loss"] == m0["pg_loss"] and m["kl"] == m0["kl"]
+    loss.backward()  # gradient of -coef * aggregate(entropy): raising entropy lowers the loss
+    h_grad = torch.autograd.functional.jacobian(lambda t: aggregate(t, mask, mode), ent)
+    torch.testing.assert_close(e.grad, -0.1 * h_grad)
+
+
+def test_entropy_required_when_its_coefficient_is_on():
+    logp, logp_old, logp_ref, adv, mask = random_batch(0)
+    with pytest.raises(ValueError, match="entropy"):
+        ppo_objective(logp, logp_old, logp_ref, adv, mask, entropy_coef=0.01)
+    with pytest.raises(ValueError, match="entropy_coef"):
+        ppo_objective(logp, logp_old, logp_ref, adv, mask, entropy=logp, entropy_coef=-0.1)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_ppo_objective_without_kl_needs_no_reference(mode):
+    logp, logp_old, _, adv, mask = random_batch(1)
+    loss, m = ppo_objective(logp, logp_old, None, adv, mask, dual_clip=1.4, kl_coef=0.0,
+                            aggregation=mode)
+    want = aggregate(policy_loss(logp, logp_old, adv, mask, dual_clip=1.4), mask, mode)
+    assert float(loss) == pytest.approx(float(want), rel=1e-12)
+    assert m["kl"] == 0.0 and m["entropy"] == 0.0 and m["pg_loss"] == pytest.approx(float(want))

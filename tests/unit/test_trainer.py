@@ -1,4 +1,5 @@
-"""The PPO update on a tiny random model: parameters move, micro-batching doesn't change it."""
+"""The PPO update on a tiny random model: parameters move, micro-batching doesn't change it
+(for every loss aggregation, with and without KL), PPO epochs, entropy, optional reference."""
 import copy
 
 import pytest
@@ -6,8 +7,10 @@ import torch
 
 from mars_core.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
+from mars_core.losses import AGGREGATIONS, aggregate
 from mars_core.models import load_model
-from mars_core.trainer import Sample, lr_lambda, make_optimizer, ppo_update, sequence_logprobs
+from mars_core.trainer import (Sample, _plan, lr_lambda, make_optimizer, ppo_update,
+                              sequence_logprobs)
 
 
 def _samples(n=8, seed=0):
@@ -16,7 +19,8 @@ def _samples(n=8, seed=0):
     for i in range(n):
         p = torch.randint(5, 200, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g)
         c = torch.randint(5, 200, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g)
-        out.append(Sample(tuple(p.tolist()), tuple(c.tolist()), float(i % 3) - 1.0))
+        out.append(Sample(tuple(p.tolist()), tuple(c.tolist()), float(i % 3) - 1.0,
+                          game="ab"[i % 2]))
     return out
 
 
@@ -89,3 +93,145 @@ def test_trainer_state_round_trip(model, tmp_path):
     assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
     assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
     assert load_trainer_state(tmp_path / "none", opt2, sched2) == -1
+
+
+def test_sequence_logprobs_entropy_matches_unpadded_forward(model):
+    samples = _samples(3, seed=1)
+    logp, mask = sequence_logprobs(model, samples, 0.7, pad_id=0)
+    logp2, mask2, ent = sequence_logprobs(model, samples, 0.7, pad_id=0, with_entropy=True)
+    assert torch.equal(logp, logp2) and torch.equal(mask, mask2) and ent.shape == logp.shape
+    for i, s in enumerate(samples):
+        ids = torch.tensor([list(s.prompt_ids) + list(s.completion_ids)])
+        lp = torch.log_softmax(model(input_ids=ids).logits[0, :-1] / 0.7, -1)
+        ref = -(lp.exp() * lp).sum(-1)[-len(s.completion_ids):]
+        assert torch.allclose(ent[i][mask[i].bool()], ref, atol=1e-5)
+    assert ent.requires_grad
+
+
+def _sgd(model):
+    """Plain SGD with a constant lr: the parameters after a step are linear in the gradient,
+    so 'same update' can be checked tightly."""
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+
+def _params_after(model, samples, algo, optim, ref=None, sgd=True, seed=0):
+    model = copy.deepcopy(model)
+    opt, sched = _sgd(model) if sgd else make_optimizer(model, optim, total_steps=8)
+    m = ppo_update(model, ref, opt, sched, samples, algo, optim, temperature=0.8, pad_id=0,
+                   seed=seed, progress=False)
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, m, sched
+
+
+def _max_diff(a, b):
+    return max(float((a[n] - b[n]).abs().max()) for n in a)
+
+
+@pytest.fixture
+def perturbed_ref(model):
+    """A reference that differs from the policy, so the KL term has a gradient."""
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return ref
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.5])
+@pytest.mark.parametrize("mode", AGGREGATIONS)
+def test_one_batch_of_8_equals_8_micro_batches(model, perturbed_ref, mode, kl_coef):
+    samples = _samples(8)
+    algo = AlgorithmConfig(kl_coef=kl_coef, loss_aggregation=mode, dual_clip=1.4)
+    ref = perturbed_ref if kl_coef else None
+    # no clipping: a gradient off by a constant factor would be hidden by the clip
+    one, m1, _ = _params_after(model, samples, algo, OptimConfig(micro_batch_size=8, grad_clip=1e6), ref)
+    eight, m8, _ = _params_after(model, samples, algo, OptimConfig(micro_batch_size=1, grad_clip=1e6), ref)
+    start = {n: p.detach() for n, p in model.named_parameters()}
+    step = _max_diff(one, start)
+    assert step > 0.1  # large enough to see a wrong weighting; fp32 noise is ~1e-5 of it
+    assert _max_diff(one, eight) < 1e-4 * step
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean", "grad_norm"):
+        assert m1[key] == pytest.approx(m8[key], rel=1e-4, abs=1e-7), key
+    assert (m1["kl"] > 0) == (kl_coef > 0)
+
+
+def test_aggregation_modes_give_different_updates(model):
+    samples, optim = _samples(8), OptimConfig(micro_batch_size=8, grad_clip=1e6)
+    params = [_params_after(model, samples, AlgorithmConfig(kl_coef=0.0, loss_aggregation=m),
+                            optim)[0] for m in AGGREGATIONS]
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert _max_diff(params[a], params[b]) > 1e-2, (AGGREGATIONS[a], AGGREGATIONS[b])
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_ppo_epochs_multiply_optimizer_steps_and_move_further(model, minibatches):
+    samples, optim = _samples(8), OptimConfig(lr=1e-3, warmup_steps=0, minibatches=minibatches)
+    start = {n: p.detach() for n, p in model.named_parameters()}
+    moved = {}
+    for epochs in (1, 2):
+        algo = AlgorithmConfig(kl_coef=0.0, ppo_epochs=epochs)
+        params, m, sched = _params_after(model, samples, algo, optim, sgd=False)
+        assert sched.last_epoch == m["optimizer_steps"] == epochs * minibatches
+        assert m["samples"] == 8.0
+        moved[epochs] = sum(float((params[n] - start[n]).norm()) for n in start)
+    assert moved[2] > 1.25 * moved[1]
+
+
+def _row_counter(module):
+    """Counts rows through `module`'s forward, split by whether autograd was on."""
+    rows = {True: 0, False: 0}
+    module.register_forward_hook(
+        lambda _m, args, kwargs, _out: rows.__setitem__(
+            torch.is_grad_enabled(), rows[torch.is_grad_enabled()] + kwargs["input_ids"].shape[0]),
+        with_kwargs=True)
+    return rows
+
+
+@pytest.mark.parametrize("epochs,minibatches,old_rows", [(1, 1, 0), (1, 2, 8), (3, 2, 8), (2, 1, 8)])
+def test_old_and_reference_logprobs_are_computed_once(model, perturbed_ref, epochs, minibatches,
+                                                      old_rows):
+    policy = copy.deepcopy(model)
+    rows, ref_rows = _row_counter(policy), _row_counter(perturbed_ref)
+    opt, sched = _sgd(policy)
+    algo = AlgorithmConfig(kl_coef=0.2, ppo_epochs=epochs)
+    ppo_update(policy, perturbed_ref, opt, sched, _samples(8), algo,
+               OptimConfig(micro_batch_size=3, minibatches=minibatches), temperature=1.0,
+               pad_id=0, seed=0, progress=False)
+    assert rows == {True: 8 * epochs, False: old_rows}
+    assert ref_rows == {True: 0, False: 8}  # once per sample, not per epoch or minibatch
+
+
+def test_plan_reshuffles_per_epoch_and_balances_games():
+    samples = _samples(12)  # games a, b alternate: 6 each
+    plan = _plan(samples, epochs=4, n_mb=3, seed=5)
+    assert plan[0] == _plan(samples, epochs=1, n_mb=3, seed=5)[0]  # epoch 0: the 1-epoch order
+    for epoch in plan:
+        assert sorted(i for mb in epoch for i in mb) == list(range(12))
+        for mb in epoch:
+            assert sorted(samples[i].game for i in mb) == ["a", "a", "b", "b"]
+    assert len({tuple(map(tuple, epoch)) for epoch in plan}) > 1
+
+
+def test_entropy_is_computed_and_reported_only_when_its_coefficient_is_on(model):
+    samples, optim = _samples(8), OptimConfig(micro_batch_size=3)
+    off, m_off, _ = _params_after(model, samples, AlgorithmConfig(kl_coef=0.0), optim)
+    assert m_off["entropy"] == 0.0
+    algo = AlgorithmConfig(kl_coef=0.0, entropy_coef=0.5, loss_aggregation="token_mean")
+    on, m_on, _ = _params_after(model, samples, algo, optim)
+    with torch.no_grad():
+        _, mask, ent = sequence_logprobs(model, samples, 0.8, pad_id=0, with_entropy=True)
+    assert m_on["entropy"] == pytest.approx(float(aggregate(ent, mask, "token_mean")), rel=1e-4)
+    assert m_on["loss"] == pytest.approx(m_on["pg_loss"] - 0.5 * m_on["entropy"], rel=1e-4)
+    assert _max_diff(on, off) > 1e-5  # the bonus changes the update
+
+
+def test_no_reference_needed_without_kl(model):
+    policy = copy.deepcopy(model)
+    opt, sched = _sgd(policy)
+    m = ppo_update(policy, None, opt, sched, _samples(4), AlgorithmConfig(kl_coef=0.0),
+                   OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)
+    assert m["kl"] == 0.0 and m["optimizer_steps"] == 1.0
+    with pytest.raises(ValueError, match="reference model"):
+        ppo_update(policy, None, opt, sched, _samples(4), AlgorithmConfig(kl_coef=0.2),
+                   OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)

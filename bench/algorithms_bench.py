@@ -1,0 +1,78 @@
+"""What the training-algorithm stages cost: each advantage estimator (vectorised and its loop
+twin) on a batch of turns, the batch builder on banks of growing size, and the memory a
+reference model takes (what `algorithm.kl_coef: 0` saves).
+
+    python bench/algorithms_bench.py [--turns 100000] [--bank 200000]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import polars as pl
+
+from mars_core import advantages as adv
+from mars_core import advantages_reference as ref
+from mars_core.batching import build_batch
+
+TWINS = {"mars": ref.mars_turn_level_reference, "mars_code": ref.mars_code_reference,
+         "grpo_trajectory": ref.grpo_trajectory_reference, "rae": ref.rae_reference,
+         "rloo_env": ref.rloo_env_reference}
+
+
+def turns(n: int, seed: int = 0) -> pl.DataFrame:
+    """n turns: 3 games, 2 roles, episodes of 4-12 turns alternating roles, random rewards."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, 13, size=n // 4)
+    ep = np.repeat(np.arange(len(lengths)), lengths)[:n]
+    turn = np.concatenate([np.arange(k) for k in lengths])[:n]
+    games = np.array(["tic_tac_toe", "kuhn_poker", "colonel_blotto"])[ep % 3]
+    return pl.DataFrame({"episode_id": [f"e{e}" for e in ep], "game": games,
+                         "role": [f"player_{t % 2}" for t in turn], "turn": turn,
+                         "reward": np.round(rng.normal(size=len(ep)), 3)})
+
+
+def _time(fn, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=100_000)
+    ap.add_argument("--bank", type=int, default=200_000)
+    ap.add_argument("--twin-turns", type=int, default=20_000)
+    args = ap.parse_args()
+    df, small = turns(args.turns), turns(args.twin_turns)
+    print(f"estimators on {args.turns:,} turns (vectorised) and {args.twin_turns:,} (loop twin):")
+    for name in adv.ESTIMATORS:
+        t = _time(lambda: adv.compute_advantages(df, name))
+        twin = TWINS.get(name)
+        loop = f"{_time(lambda: twin(small), 1) * args.turns / args.twin_turns:8.2f} s (scaled)" \
+            if twin else "   (mars with game keys)"
+        print(f"  {name:16s} {t * 1000:8.1f} ms   loop twin {loop}")
+    print("batch builder (seconds per batch; steps in the bank, units drawn):")
+    for n in (args.bank // 20, args.bank // 4, args.bank):
+        bank = turns(n, 1).with_columns(pl.format("{}/{}", "episode_id", "turn").alias("step_id"))
+        for unit, size in (("step", 768), ("trajectory", 128)):
+            t = _time(lambda: build_batch(bank, unit=unit, size=size, seed=0,
+                                          max_steps_per_episode=4, reward_bins=3), 1)
+            print(f"  bank {n:>8,} steps, {unit:10s} x{size:4d}: {t:6.2f} s")
+    try:
+        from mars_core.models import load_model, resolve_model
+
+        model = load_model(resolve_model("embedded"))
+        mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+        print(f"reference model (embedded SmolLM2-135M, fp32): {mb:.0f} MiB not loaded with "
+              "kl_coef 0")
+    except Exception as e:  # the embedded model is optional for this bench
+        print(f"reference model size: skipped ({e})")
+
+
+if __name__ == "__main__":
+    main()

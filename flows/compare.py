@@ -1,0 +1,79 @@
+"""The comparison flow: train several presets the same way, evaluate every final model on one
+strategic suite, and log one table (the MARS paper's Table 4 layout) to MLflow:
+
+    for each preset: train (a subflow; resumes a finished or interrupted run)
+    evaluate the start policy and every final model on the evaluation preset
+    comparison.json / comparison.md / radar chart -> one MLflow run in `experiment`
+
+Rerunning the same command skips finished trainings and evaluations, so an interrupted
+comparison continues where it stopped.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import flow
+
+from mars_core.config import load_strategic_config
+from mars_core.evaluation import comparison_table, per_game_normalized, radar_chart
+from mars_core.stages import is_done, read_json, stage_output, write_json
+from flows.train import train_flow
+from tasks.common import initial_policy
+from tasks.paths import stage_dir
+from tasks.strategic import evaluate_suite
+from tasks.tracking import log_comparison, tracking_uri
+
+ABLATIONS = ("configs/ablations/mars.yaml", "configs/ablations/wo_turn_level.yaml",
+             "configs/ablations/wo_agent_specific.yaml", "configs/ablations/fixed_opponent.yaml")
+
+
+def _evaluated(folder: Path, cfg, label: str, model: str) -> list[dict]:
+    """The records of one policy, evaluated once (kept in `folder`, reused on a rerun)."""
+    if not is_done(folder):
+        with stage_output(folder) as out:
+            write_json(out / "records.json", evaluate_suite(cfg, label, model)["records"])
+    return read_json(folder / "records.json")
+
+
+@flow(name="mars-compare", log_prints=True)
+def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = None,
+                 overrides: list[str] | None = None,
+                 eval_preset: str = "configs/eval/mars_strategic_quick.yaml",
+                 games: list[str] | None = None, n: int | None = None, name: str = "ablations",
+                 runs_dir: str = "runs", experiment: str = "mars-ablations") -> dict:
+    """Train each of `presets` (default: the four ablations) with the same `overlays` (e.g.
+    configs/scales/smoke.yaml) and `overrides`, as runs `<name>-<preset>`; evaluate on
+    `eval_preset` (narrowed to `games`, `n` games per seat); log the table."""
+    presets = list(presets or ABLATIONS)
+    labels = [Path(p).stem for p in presets]
+    if len(set(labels)) != len(labels):
+        raise ValueError("compare: two presets share a file name; rename one")
+    ecfg = load_strategic_config(eval_preset, games, None, n, None)
+    trained = {}
+    for preset, label in zip(presets, labels):
+        result = train_flow(config=preset, run_name=f"{name}-{label}", runs_dir=runs_dir,
+                            overrides=overrides or [], overlays=overlays or [])
+        trained[label] = result
+    first = trained[labels[0]]["run_dir"]
+    policies = {"start": initial_policy(first)}
+    policies |= {label: str(stage_dir(r["run_dir"], "final", "model")) for label, r in trained.items()}
+    folder = Path(runs_dir) / f"{name}-compare"
+    scores = {}
+    for label, model in policies.items():
+        records = _evaluated(folder / f"eval_{label}", ecfg, label, model)
+        scores[label] = per_game_normalized(records)
+    rows, markdown = comparison_table(scores)
+    files = [folder / "comparison.json", folder / "comparison.md", folder / "comparison_radar.png"]
+    files[0].write_text(json.dumps(rows, indent=1))
+    files[1].write_text(f"# {name}: normalized return per game (0-100)\n\n{markdown}")
+    radar_chart(scores, files[2], title=f"{name}: normalized return")
+    print(f"comparison ({ecfg.n} games per game x opponent x seat):\n{markdown}")
+    params = {"presets": ",".join(presets), "overlays": ",".join(overlays or []),
+              "overrides": ",".join(overrides or []), "eval_preset": eval_preset,
+              "eval.n": ecfg.n, "eval.games": ",".join(ecfg.suite),
+              **{f"run.{label}": r["mlflow_run_id"] for label, r in trained.items()}}
+    run_id = log_comparison(tracking_uri(Path(runs_dir)), experiment, name, params, rows, files)
+    print(f"logged the table to MLflow run {run_id} (experiment {experiment!r})")
+    return {"table": rows, "markdown": markdown, "mlflow_run_id": run_id,
+            "runs": {label: r["run_dir"] for label, r in trained.items()}}

@@ -1,0 +1,79 @@
+"""Config sections of the training algorithm: advantage estimator and loss (`algorithm`),
+the episodes bank and batch builder (`batching`), and the optimiser (`optim`).
+SPEC sections 3 to 5; every field is read by `tasks/batching.py` or `mars_core/trainer.py`."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mars_core.config_base import _Section
+
+# Estimators that need a player's whole trajectory in the batch (returns or trajectory
+# totals); `rloo_env` works on single steps.
+TRAJECTORY_ESTIMATORS = ("mars", "mars_code", "grpo_trajectory", "mars_shared", "rae")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum")
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimator and PPO loss (SPEC sections 3 and 4)."""
+
+    # mars (paper) | mars_code (the published code's five steps) | grpo_trajectory ("w/o
+    # turn-level") | mars_shared ("w/o agent-specific") | rae (SPIRAL) | rloo_env (In2AI)
+    estimator: str = "mars"
+    # the baseline's grouping columns; null: the estimator's own ((game, role); rloo_env (game))
+    group_keys: tuple[str, ...] | None = None
+    normalize_std: bool = False  # mars / mars_shared: divide by the group's std
+    rae_decay: float = Field(0.95, gt=0, lt=1)  # rae: EMA decay of the per-(game, role) baseline
+    drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
+    ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
+    clip_eps: float = Field(0.2, gt=0)
+    dual_clip: float | None = 1.4  # cap of the loss on negative advantages (c x |A|); null: off
+    kl_coef: float = Field(0.2, ge=0)  # 0: no KL term, and no reference model is loaded at all
+    entropy_coef: float = Field(0.0, ge=0)  # bonus: loss -= entropy_coef x token entropy
+    # how token losses become one number: seq_mean_token_mean (MARS: each sequence weighs the
+    # same), token_mean (each token weighs the same), seq_mean_token_sum (sequence sums)
+    loss_aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum"] = \
+        "seq_mean_token_mean"
+
+    @model_validator(mode="after")
+    def _known_estimator(self):
+        from mars_core.advantages import ESTIMATORS
+
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown advantage estimator {self.estimator!r}; choose one of: "
+                             + ", ".join(ESTIMATORS))
+        if self.estimator == "mars_shared" and self.group_keys is not None:
+            raise ValueError("algorithm.group_keys: mars_shared always groups by game alone "
+                             "(use estimator mars to choose the keys)")
+        if self.group_keys is not None and not self.group_keys:
+            raise ValueError("algorithm.group_keys must name at least one column (or be null)")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
+        return self
+
+
+class BatchingConfig(_Section):
+    """The episodes bank and the batch builder (In2AI, SPEC section 5). Every iteration's
+    eligible policy steps go to the bank; a batch is drawn from the last `window` iterations'
+    steps, round-robin across games, stratified over `reward_bins` reward-quantile bins, at
+    most `max_steps_per_episode` steps of one episode. The defaults take every eligible step
+    of the iteration, once: the MARS batch."""
+
+    unit: Literal["trajectory", "step"] = "trajectory"  # what is drawn: a player's whole
+    # trajectory (what mars, grpo_trajectory, rae need) or single steps (In2AI, rloo_env)
+    size: int | None = Field(None, ge=1)  # units per batch; null: every available unit
+    window: int = Field(1, ge=1)  # iterations of the bank a batch may draw from
+    max_steps_per_episode: int | None = Field(None, ge=1)  # null: no cap
+    reward_bins: int = Field(1, ge=1)  # 3: bad / average / good, drawn in equal shares
+    reuse: bool = False  # true: a step may be drawn again by later batches
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.05
+    warmup_steps: int = Field(10, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)  # gradient accumulation: samples per forward pass
+    minibatches: int = Field(1, ge=1)  # optimizer steps per epoch over the batch

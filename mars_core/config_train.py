@@ -77,3 +77,34 @@ class OptimConfig(_Section):
     grad_clip: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(8, ge=1)  # gradient accumulation: samples per forward pass
     minibatches: int = Field(1, ge=1)  # optimizer steps per epoch over the batch
+
+
+class DeepSpeedConfig(_Section):
+    """The DeepSpeed backend (`trainer.backend: deepspeed`): ZeRO stage, CPU offload and how
+    the training processes are launched. bf16 follows `model.bf16`."""
+
+    zero_stage: Literal[2, 3] = 2
+    offload_optimizer: bool = False  # optimizer states (and the step) on the CPU
+    offload_params: bool = False  # parameters on the CPU too (ZeRO-3 only)
+    launcher: Literal["deepspeed", "torchrun"] = "deepspeed"  # how the processes start
+    num_processes: int = Field(1, ge=1)  # processes (GPUs) per node
+    hostfile: str | None = None  # multi-node: DeepSpeed's hostfile ("host slots=N" lines)
+    extra: dict = Field(default_factory=dict)  # merged into the generated DeepSpeed config
+
+    @model_validator(mode="after")
+    def _coherent(self):
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("trainer.deepspeed.offload_params needs zero_stage: 3 "
+                             "(ZeRO-2 partitions optimizer states and gradients, not parameters)")
+        if self.hostfile is not None and self.launcher != "deepspeed":
+            raise ValueError("trainer.deepspeed.hostfile needs launcher: deepspeed")
+        return self
+
+
+class TrainerConfig(_Section):
+    """Which backend runs the policy update. Both take the same batches and the same loss
+    (`mars_core.trainer.ppo_update`); `deepspeed` runs it in launched worker processes."""
+
+    backend: Literal["torch", "deepspeed"] = "torch"
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()

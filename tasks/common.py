@@ -83,11 +83,58 @@ def sampling(cfg: Config, seed: int, temperature: float | None = None) -> Sampli
     return cfg.rollout.sampling(seed, temperature)
 
 
-def make_engine(cfg: Config, path: str):
+def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None):
+    """The engine that samples from the model at `path`: in process (`hf`), or the run's vLLM
+    server made to serve `path` (`vllm`; reloaded in place when it holds other weights)."""
+    if (backend or cfg.engine.backend) == "vllm":
+        engine = vllm_engine(cfg, path, log_dir)
+        engine.serve(path)
+        return engine
     from mars_core.engines.hf import HFEngine
 
     return HFEngine.from_path(path, batch_size=cfg.rollout.engine_batch_size,
                               autocast_bf16=use_bf16(cfg))
+
+
+_VLLM_ENGINES: dict[str, object] = {}  # engine.vllm settings -> its engine, one per process
+
+
+def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
+    """The process's client of the vLLM server `engine.vllm` describes: the server at `url`,
+    or one we start on first use (with the weights at `path`) and keep for every later stage
+    and iteration until `shutdown_engines`."""
+    from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, free_port, launch_command
+    from mars_core.models import load_tokenizer
+
+    v = cfg.engine.vllm
+    key = v.model_dump_json()
+    if key not in _VLLM_ENGINES:
+        served, server = None, None
+        url = v.url
+        if url is None:
+            lv = v.launch
+            cmd = launch_command(str(Path(lv.python).absolute()), str(Path(path).resolve()),
+                                 port=lv.port or free_port(lv.host), host=lv.host, dtype=lv.dtype,
+                                 max_model_len=cfg.model.max_context_tokens,
+                                 gpu_memory_utilization=lv.gpu_memory_utilization,
+                                 seed=cfg.run.seed, enforce_eager=lv.enforce_eager,
+                                 extra_args=tuple(lv.extra_args))
+            server = VLLMServer(cmd, env=lv.env, startup_timeout_s=lv.startup_timeout_s,
+                                log_path=Path(log_dir) / "vllm_server.log" if log_dir else None)
+            print(f"starting the vLLM server (log: {server.log_path})", flush=True)
+            url, served = server.start(), path
+        engine = VLLMEngine(url, load_tokenizer(path), max_concurrency=v.max_concurrency,
+                            timeout_s=v.request_timeout_s, served=served, server=server)
+        _VLLM_ENGINES[key] = engine
+    return _VLLM_ENGINES[key]
+
+
+def shutdown_engines() -> None:
+    """Stop the vLLM servers this process started (servers given by URL keep running)."""
+    while _VLLM_ENGINES:
+        _, engine = _VLLM_ENGINES.popitem()
+        if engine.server is not None:
+            engine.server.stop()
 
 
 def derive_seed(cfg: Config, *parts: int) -> int:

@@ -27,7 +27,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     e = cfg.evaluation
 
     def body(out: Path) -> dict:
-        engine = make_engine(cfg, policy)
+        engine = make_engine(cfg, policy, log_dir=Path(run_dir))
         suite = {game: (e.opponent_for(game),) for game in cfg.rollout.games}
         records, episodes = run_suite(
             suite, policy, engine, prompt_builder(cfg, engine.tokenizer),

@@ -37,14 +37,15 @@ def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
 
 
 def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
-    """The policy's engine, plus one per frozen checkpoint the plan names."""
-    policy = make_engine(cfg, policy_at(run_dir, k))
+    """The policy's engine, plus one per frozen checkpoint the plan names (always in
+    process: a vLLM server holds the policy's weights only)."""
+    policy = make_engine(cfg, policy_at(run_dir, k), log_dir=Path(run_dir))
     frozen = sorted({a for s in specs for a in s.agents if is_frozen(a)})
     if not frozen:
         return policy, policy
     snapshots = frozen_snapshots(run_dir, k)
     engines = {"policy": policy}
-    engines |= {a: make_engine(cfg, snapshots[a.split(":", 1)[1]]) for a in frozen}
+    engines |= {a: make_engine(cfg, snapshots[a.split(":", 1)[1]], backend="hf") for a in frozen}
     return engines, policy
 
 
@@ -109,6 +110,10 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
         metrics |= opponent_metrics(episodes)
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
+        if "reloads" in engine.stats:  # a vLLM server: requests in flight, weight reloads so far
+            metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
+            metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])
+            metrics["rollout/weight_reload_s"] = engine.stats["reload_seconds"]
         return metrics
 
     return run_stage(run_dir, k, STAGE, body, step=k)

@@ -61,3 +61,15 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield PREFECT_API_URL.value()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

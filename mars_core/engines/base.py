@@ -9,6 +9,14 @@ from typing import Protocol
 
 from mars_core.types import Completion, SamplingParams
 
+_SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, index) pairs apart
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The sampling seed of prompt `index` in a call with `seed`: each prompt's sample depends
+    on its prompt, the seed and its index only, never on batching (every engine uses this)."""
+    return (int(seed) * _SEED_MIX + int(index) * 0x632BE59BD9B4E019 + 1) % (1 << 63)
+
 
 class Engine(Protocol):
     """Batched sampler. `tokenizer` is a Hugging Face tokenizer (chat template included)."""

@@ -20,9 +20,8 @@ from contextlib import nullcontext
 
 import torch
 
+from mars_core.engines.base import request_seed
 from mars_core.types import Completion, SamplingParams
-
-_SEED_MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: spreads (seed, index) pairs apart
 
 
 class HFEngine:
@@ -197,8 +196,7 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
 
 def _generator(seed: int, index: int) -> torch.Generator:
     """A generator for prompt `index` of a call with `seed` (independent of batching)."""
-    mixed = (int(seed) * _SEED_MIX + int(index) * 0x632BE59BD9B4E019 + 1) % (1 << 63)
-    return torch.Generator().manual_seed(mixed)
+    return torch.Generator().manual_seed(request_seed(seed, index))
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

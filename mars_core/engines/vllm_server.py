@@ -1,0 +1,312 @@
+"""vLLM as the rollout engine: a server process in its own environment, reached over HTTP.
+
+vLLM's pins conflict with Prefect's, so it never shares our environment: `VLLMServer` starts
+`vllm.entrypoints.openai.api_server` with another interpreter (the `.venv-vllm` that
+`make vllm-env` builds, or any Python with vLLM on a GPU node), or the pipeline is pointed at a
+running server by URL. `VLLMEngine` is the client behind the same `Engine` interface as the
+in-process sampler, so the game loop does not change:
+
+- every prompt of a `generate` call is its own `/v1/completions` request, all in flight at
+  once (up to `max_concurrency`), so vLLM's continuous batching, not our loop, decides how
+  replies of very different lengths share the accelerator;
+- each request asks for the sampled tokens' ids and log-probs (`return_token_ids`,
+  `logprobs: 0`); the server runs with `--logprobs-mode processed_logprobs`, so a log-prob is
+  taken under the tempered distribution, as the in-process engine's (which is over the full
+  vocabulary: the two agree exactly without top-k/top-p truncation; with it, vLLM renormalises
+  over the kept tokens). The trainer recomputes its own old log-probs either way;
+- each request carries its own seed, `request_seed(params.seed, index)`;
+- `load_weights(path)` is the weight handshake after a training step: the server reloads the
+  saved checkpoint in place without a restart (`/collective_rpc` -> our worker extension's
+  `mars_reload_weights`, vLLM's `reload_weights` plus re-tying tied embeddings, see
+  `vllm_ext/mars_vllm_ext.py`) and drops its prefix cache, whose KV entries belong to the old
+  weights. Both endpoints exist when the server runs with `VLLM_SERVER_DEV_MODE=1`.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from mars_core.engines.base import request_seed
+from mars_core.types import Completion, SamplingParams
+
+
+EXTENSION_DIR = Path(__file__).parent / "vllm_ext"  # on the server's PYTHONPATH
+EXTENSION = "mars_vllm_ext.WeightSync"
+
+
+class VLLMError(RuntimeError):
+    """A vLLM server could not be started, reached or asked to do something (one line)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1",
+                   dtype: str = "auto", max_model_len: int | None = None,
+                   gpu_memory_utilization: float = 0.5, seed: int = 0,
+                   enforce_eager: bool = False, extra_args: tuple[str, ...] = ()) -> list[str]:
+    """The server's command line. `--generation-config vllm`: the model folder's sampling
+    defaults never change what we ask for; `served-model-name policy`: requests do not depend
+    on the folder currently loaded."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+           "--served-model-name", "policy", "--host", host, "--port", str(port),
+           "--dtype", dtype, "--gpu-memory-utilization", str(gpu_memory_utilization),
+           "--seed", str(seed), "--logprobs-mode", "processed_logprobs",
+           "--generation-config", "vllm", "--disable-uvicorn-access-log",
+           "--worker-extension-cls", EXTENSION]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    if enforce_eager:
+        cmd.append("--enforce-eager")
+    return cmd + list(extra_args)
+
+
+class VLLMServer:
+    """A vLLM OpenAI-compatible server that we start (`start`) and stop (`stop`).
+
+    The process runs in its own session (so stopping it takes its engine workers along) with
+    `VLLM_SERVER_DEV_MODE=1` (the weight-reload and cache endpoints) and the hub offline; its
+    output goes to `log_path`."""
+
+    def __init__(self, command: list[str], *, env: dict[str, str] | None = None,
+                 log_path: str | Path | None = None, startup_timeout_s: float = 900):
+        python = command[0]
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise VLLMError(f"no vLLM environment at {python!r} (engine.vllm.launch.python): build "
+                            "it with `make vllm-env`, point it at a Python that has vLLM, or set "
+                            "engine.vllm.url to a running server")
+        self.command = command
+        self.host = command[command.index("--host") + 1]
+        self.port = int(command[command.index("--port") + 1])
+        self.url = f"http://{self.host}:{self.port}"
+        path = os.pathsep.join(p for p in (str(EXTENSION_DIR), os.environ.get("PYTHONPATH")) if p)
+        self.env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
+                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONPATH": path,
+                    **(env or {})}
+        self.log_path = Path(log_path or Path(tempfile.gettempdir()) / f"mars-vllm-{self.port}.log")
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        """Start the process and wait until `/health` answers; returns the base URL."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=self.env, start_new_session=True)
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise VLLMError(f"the vLLM server exited with code {code} while starting: "
+                                f"{last_line(self.log_path)} (log: {self.log_path})")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise VLLMError(f"the vLLM server did not answer within {self.startup_timeout_s:.0f} s "
+                        f"(engine.vllm.launch.startup_timeout_s); log: {self.log_path}")
+
+    def stop(self) -> None:
+        """Terminate the server's process group (SIGTERM, then SIGKILL after 30 s)."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+            except ProcessLookupError:
+                return
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log file (the usual cause of a failed start)."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines()]
+    except OSError:
+        return "(no log)"
+    return next((ln for ln in reversed(lines) if ln), "(empty log)")[-300:]
+
+
+class VLLMEngine:
+    """The `Engine` interface over a vLLM server (see the module docstring)."""
+
+    def __init__(self, url: str, tokenizer, *, max_concurrency: int = 256,
+                 timeout_s: float = 600, served: str | Path | None = None,
+                 server: VLLMServer | None = None):
+        self.url = url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.timeout_s = timeout_s
+        self.served = str(Path(served).resolve()) if served else None  # as far as we know
+        self.server = server  # the process we started, if we did (`stop` ends it)
+        info = self._get("/v1/models")["data"][0]
+        self.model_name = info["id"]
+        self.max_positions = int(info.get("max_model_len") or (1 << 30))
+        self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
+                      "seconds": 0.0, "max_in_flight": 0, "reloads": 0,
+                      "reload_seconds": 0.0}
+
+    def tokens_per_second(self) -> float:
+        return self.stats["generated_tokens"] / max(self.stats["seconds"], 1e-9)
+
+    # -- weights -------------------------------------------------------------------------
+    def load_weights(self, path: str | Path) -> float:
+        """Make the server serve the checkpoint at `path` (a folder of safetensors readable by
+        the server): in-place reload, then a prefix-cache reset. Returns the seconds taken."""
+        path = str(Path(path).resolve())
+        if not any(Path(path).glob("*.safetensors")):  # the server reads the same filesystem
+            raise VLLMError(f"no safetensors weights in {path}: nothing for the vLLM server to load")
+        start = time.perf_counter()
+        try:
+            self._post("/collective_rpc", {"method": "mars_reload_weights",
+                                           "kwargs": {"weights_path": path}}, what="reload weights")
+        except VLLMError as e:
+            if "mars_reload_weights" not in str(e):
+                raise
+            raise VLLMError(f"the vLLM server at {self.url} lacks our weight-sync extension: start "
+                            f"it with PYTHONPATH={EXTENSION_DIR} and --worker-extension-cls "
+                            f"{EXTENSION}") from None
+        self._post("/reset_prefix_cache", None, what="reset the prefix cache")
+        self.served = path
+        seconds = time.perf_counter() - start
+        self.stats["reloads"] += 1
+        self.stats["reload_seconds"] += seconds
+        return seconds
+
+    def serve(self, path: str | Path) -> None:
+        """Reload only when the server does not already hold `path`."""
+        if self.served != str(Path(path).resolve()):
+            self.load_weights(path)
+
+    # -- sampling ------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in input order; each prompt is its own concurrent
+        request. Prompts that leave no room for a new token get an empty completion with
+        finish_reason "context_overflow" (no request)."""
+        started = time.perf_counter()
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty")
+        out = _run_async(self._generate_all(prompts, params))
+        self.stats["calls"] += 1
+        self.stats["prompts"] += len(prompts)
+        self.stats["prompt_tokens"] += sum(len(p) for p, c in zip(prompts, out)
+                                           if c.finish_reason != "context_overflow")
+        self.stats["generated_tokens"] += sum(len(c.token_ids) for c in out)
+        self.stats["seconds"] += time.perf_counter() - started
+        return out
+
+    def request_body(self, prompt: list[int], params: SamplingParams, index: int) -> dict:
+        """The `/v1/completions` body for one prompt (the prompt as token ids)."""
+        greedy = params.temperature <= 0
+        return {
+            "model": self.model_name, "prompt": list(prompt),
+            "max_tokens": min(params.max_new_tokens, self.max_positions - len(prompt)),
+            "temperature": 0.0 if greedy else params.temperature,
+            "top_p": 1.0 if greedy else params.top_p,
+            "top_k": -1 if greedy or params.top_k <= 0 else params.top_k,
+            "min_p": 0.0 if greedy else params.min_p,
+            "stop": list(params.stop), "include_stop_str_in_output": True,
+            "seed": request_seed(params.seed, index), "logprobs": 0, "return_token_ids": True,
+            "skip_special_tokens": False, "spaces_between_special_tokens": False,
+        }
+
+    async def _generate_all(self, prompts, params) -> list[Completion]:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        in_flight = 0
+        limits = httpx.Limits(max_connections=self.max_concurrency,
+                              max_keepalive_connections=self.max_concurrency)
+        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s,
+                                     limits=limits) as client:
+            async def one(i: int, prompt: list[int]) -> Completion:
+                nonlocal in_flight
+                if len(prompt) >= self.max_positions:
+                    return Completion((), (), "", "context_overflow")
+                async with limit:
+                    in_flight += 1
+                    self.stats["max_in_flight"] = max(self.stats["max_in_flight"], in_flight)
+                    try:
+                        body = self.request_body(prompt, params, i)
+                        r = await client.post("/v1/completions", json=body)
+                    except httpx.HTTPError as e:
+                        raise VLLMError(f"vLLM request to {self.url} failed: {e!r}") from None
+                    finally:
+                        in_flight -= 1
+                return parse_choice(_json(r, "generate"))
+
+            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    # -- HTTP ----------------------------------------------------------------------------
+    def _get(self, route: str) -> dict:
+        try:
+            return _json(httpx.get(self.url + route, timeout=30), route)
+        except httpx.HTTPError as e:
+            raise VLLMError(f"cannot reach the vLLM server at {self.url}: {e!r}") from None
+
+    def _post(self, route: str, body: dict | None, what: str) -> None:
+        try:
+            r = httpx.post(self.url + route, json=body, timeout=self.timeout_s)
+        except httpx.HTTPError as e:
+            raise VLLMError(f"cannot {what} on the vLLM server at {self.url}: {e!r}") from None
+        if r.status_code == 404:
+            raise VLLMError(f"the vLLM server at {self.url} has no {route}: start it with "
+                            "VLLM_SERVER_DEV_MODE=1 so the pipeline can update its weights")
+        _json(r, what)
+
+
+def parse_choice(payload: dict) -> Completion:
+    """A `/v1/completions` response with one choice -> Completion (ids, log-probs, text)."""
+    choice = payload["choices"][0]
+    ids = tuple(int(t) for t in choice.get("token_ids") or ())
+    logprobs = tuple(float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or ())
+    if len(logprobs) != len(ids):
+        raise VLLMError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} log-probs")
+    reason = choice.get("finish_reason") or "length"
+    return Completion(ids, logprobs, choice.get("text") or "", reason)
+
+
+def _json(response: httpx.Response, what: str) -> dict:
+    if response.status_code != 200:
+        detail = response.text.strip().replace("\n", " ")[:300]
+        raise VLLMError(f"vLLM {what} failed ({response.status_code}): {detail}")
+    return response.json() if response.content else {}
+
+
+def _run_async(coro):
+    """Run a coroutine to completion from sync code, also when the calling thread already
+    has a running event loop (Prefect's): in a private thread with its own loop."""
+    result: dict = {}
+
+    def target():
+        try:
+            result["value"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            result["error"] = e
+
+    t = threading.Thread(target=target, name="vllm-requests")
+    t.start()
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

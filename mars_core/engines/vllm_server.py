@@ -217,21 +217,6 @@ class VLLMEngine:
         self.stats["seconds"] += time.perf_counter() - started
         return out
 
-    def request_body(self, prompt: list[int], params: SamplingParams, index: int) -> dict:
-        """The `/v1/completions` body for one prompt (the prompt as token ids)."""
-        greedy = params.temperature <= 0
-        return {
-            "model": self.model_name, "prompt": list(prompt),
-            "max_tokens": min(params.max_new_tokens, self.max_positions - len(prompt)),
-            "temperature": 0.0 if greedy else params.temperature,
-            "top_p": 1.0 if greedy else params.top_p,
-            "top_k": -1 if greedy or params.top_k <= 0 else params.top_k,
-            "min_p": 0.0 if greedy else params.min_p,
-            "stop": list(params.stop), "include_stop_str_in_output": True,
-            "seed": request_seed(params.seed, index), "logprobs": 0, "return_token_ids": True,
-            "skip_special_tokens": False, "spaces_between_special_tokens": False,
-        }
-
     async def _generate_all(self, prompts, params) -> list[Completion]:
         limit = asyncio.Semaphore(self.max_concurrency)
         in_flight = 0
@@ -247,7 +232,8 @@ class VLLMEngine:
                     in_flight += 1
                     self.stats["max_in_flight"] = max(self.stats["max_in_flight"], in_flight)
                     try:
-                        body = self.request_body(prompt, params, i)
+                        body = completion_request(prompt, params, i, self.model_name,
+                                                  self.max_positions)
                         r = await client.post("/v1/completions", json=body)
                     except httpx.HTTPError as e:
                         raise VLLMError(f"vLLM request to {self.url} failed: {e!r}") from None
@@ -273,6 +259,25 @@ class VLLMEngine:
             raise VLLMError(f"the vLLM server at {self.url} has no {route}: start it with "
                             "VLLM_SERVER_DEV_MODE=1 so the pipeline can update its weights")
         _json(r, what)
+
+
+def completion_request(prompt: list[int], params: SamplingParams, index: int, model: str,
+                       max_positions: int) -> dict:
+    """The `/v1/completions` body for prompt `index` of a call (the prompt as token ids).
+    Temperature 0 is greedy; top_k 0 means no top-k (vLLM: -1); the stop string stays in the
+    text (as in the in-process engine); the reply never runs past the context."""
+    greedy = params.temperature <= 0
+    return {
+        "model": model, "prompt": list(prompt),
+        "max_tokens": min(params.max_new_tokens, max_positions - len(prompt)),
+        "temperature": 0.0 if greedy else params.temperature,
+        "top_p": 1.0 if greedy else params.top_p,
+        "top_k": -1 if greedy or params.top_k <= 0 else params.top_k,
+        "min_p": 0.0 if greedy else params.min_p,
+        "stop": list(params.stop), "include_stop_str_in_output": True,
+        "seed": request_seed(params.seed, index), "logprobs": 0, "return_token_ids": True,
+        "skip_special_tokens": False, "spaces_between_special_tokens": False,
+    }
 
 
 def parse_choice(payload: dict) -> Completion:

@@ -36,16 +36,20 @@ class HFEngine:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.device = next(model.parameters()).device  # inputs go there; sampling stays on CPU
         self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
                       "seconds": 0.0}
 
     @classmethod
     def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
-                  autocast_bf16: bool = False) -> "HFEngine":
-        """Load model and tokenizer from a folder or hub id (see `mars_core.models`)."""
+                  autocast_bf16: bool = False, device: str | None = None) -> "HFEngine":
+        """Load model and tokenizer from a folder or hub id (see `mars_core.models`), onto
+        `device` (default: the GPU where there is one)."""
         from mars_core.models import load_model, load_tokenizer
 
-        return cls(load_model(path, dtype=dtype), load_tokenizer(path), batch_size, autocast_bf16)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = load_model(path, dtype=dtype).to(device)
+        return cls(model, load_tokenizer(path), batch_size, autocast_bf16)
 
     def tokens_per_second(self) -> float:
         """Generated tokens per wall-clock second over all calls so far."""
@@ -91,6 +95,7 @@ class HFEngine:
             ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[r, width - len(p):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
         active = list(range(n))  # rows of `seqs` still in the batch, in cache order
         cache = None
         with torch.inference_mode(), self._autocast():
@@ -101,25 +106,28 @@ class HFEngine:
                 if not keep:
                     break
                 if len(keep) < len(active):
-                    sel = torch.tensor(keep, dtype=torch.long)
+                    sel = torch.tensor(keep, dtype=torch.long, device=self.device)
                     cache.batch_select_indices(sel)
                     mask, positions = mask[sel], positions[sel]
                     tokens = [tokens[k] for k in keep]
                     active = [active[k] for k in keep]
-                ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
-                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+                ids = torch.tensor(tokens, dtype=torch.long, device=self.device).unsqueeze(1)
+                mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
                 positions = positions[:, -1:] + 1
         self.stats["generated_tokens"] += sum(len(s.tokens) for s in seqs)
         return [s.result() for s in seqs]
 
     def _forward(self, ids, mask, positions, cache):
-        """Logits of the last position only (`logits_to_keep=1`: no full-vocab prompt logits)."""
+        """Logits of the last position only (`logits_to_keep=1`: no full-vocab prompt logits),
+        as float32 on the CPU, where each row's generator samples (one copy per step)."""
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :].float(), out.past_key_values
+        return out.logits[:, -1, :].float().cpu(), out.past_key_values
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast_bf16 else nullcontext()
+        if not self.autocast_bf16:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
 
 class _Sequence:

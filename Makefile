@@ -57,6 +57,10 @@ bench: setup
 	$(PY) bench/textarena_bench.py
 	$(PY) bench/algorithms_bench.py
 
+# GPU figures (Qwen3-4B shape, random weights): training tokens/s and MFU, generation tokens/s.
+bench-gpu: setup
+	$(PY) bench/gpu_bench.py
+
 prefect-ui: setup
 	$(VENV)/bin/prefect server start
 

@@ -2,7 +2,9 @@
 
 `trainer_state.pt` holds the optimizer and scheduler state dicts, the RNG states and the
 iteration counter; it loads with `weights_only=True` (tensors and plain Python values only, no
-pickled objects).
+pickled objects). With the DeepSpeed backend the optimizer, scheduler and fp32 master weights
+live in the `deepspeed/` folder (DeepSpeed's own checkpoint, one fixed tag) and
+`trainer_state.pt` keeps only the iteration and RNG states.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 import torch
 
 TRAINER_STATE = "trainer_state.pt"
+DEEPSPEED_STATE = "deepspeed"  # folder: DeepSpeed's checkpoint (heavy, like TRAINER_STATE)
+DEEPSPEED_TAG = "state"  # the one tag saved and loaded
 
 
 def save_model(folder: Path, model, tokenizer) -> None:
@@ -23,9 +27,11 @@ def save_model(folder: Path, model, tokenizer) -> None:
 
 
 def save_trainer_state(folder: Path, optimizer, scheduler, iteration: int) -> None:
+    """Optimizer and scheduler (None for both with the DeepSpeed backend, whose own checkpoint
+    holds them), RNG states and the iteration."""
     state = {
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
+        **({"optimizer": optimizer.state_dict()} if optimizer is not None else {}),
+        **({"scheduler": scheduler.state_dict()} if scheduler is not None else {}),
         "iteration": iteration,
         "rng_torch": torch.get_rng_state(),
         "rng_python": list(random.getstate()[1]),
@@ -37,13 +43,16 @@ def save_trainer_state(folder: Path, optimizer, scheduler, iteration: int) -> No
 
 def load_trainer_state(folder: Path, optimizer, scheduler) -> int:
     """Restore optimizer, scheduler and RNG states; return the iteration they belong to.
-    A folder without trainer state (a fresh model) leaves everything as it is: -1."""
+    A folder without trainer state (a fresh model) leaves everything as it is: -1. A state
+    saved without optimizer/scheduler (the DeepSpeed backend) leaves those as they are."""
     path = Path(folder) / TRAINER_STATE
     if not path.is_file():
         return -1
     state = torch.load(path, weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    if "scheduler" in state:
+        scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng_torch"])
     random.setstate((state["rng_python_version"], tuple(state["rng_python"]),
                      state["rng_python_gauss"]))

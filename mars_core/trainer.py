@@ -147,17 +147,68 @@ def _minibatch_denominator(samples: list[Sample], mode: str) -> float:
     return aggregate_denominator(mask, mode)
 
 
-def _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pad_id,
-          bf16) -> dict[str, float]:
-    """Accumulate the gradient of one minibatch (indices `mb`) over micro-batches; returns
-    its metrics (before the optimizer step). Each chunk's terms use the minibatch's
-    denominator, so the chunks add up exactly to the one-big-batch loss for every mode."""
+METRIC_SUMS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean")
+
+
+class TorchUpdater:
+    """The plain PyTorch optimizer step: clip the global gradient norm to `grad_clip`, step
+    the optimizer, then the LR scheduler. `step` returns (the norm before clipping, the lr the
+    step used)."""
+
+    def __init__(self, model, optimizer, scheduler, grad_clip: float):
+        self.model, self.optimizer, self.scheduler, self.grad_clip = model, optimizer, scheduler, grad_clip
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> tuple[float, float]:
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        return norm, lr
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def enable_gradient_checkpointing(model, enabled: bool) -> None:
+    """`trainer.gradient_checkpointing`: recompute activations in backward (less memory, one
+    more forward per micro-batch). Non-reentrant, so it works with frozen inputs and ZeRO.
+    transformers >= 5.2x names it `activation_checkpointing_enable` (the old name warns)."""
+    if not enabled:
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _rank_chunks(mb: list[int], micro: int, rank: int, world: int) -> list[tuple[list[int], float]]:
+    """This rank's micro-batches of minibatch `mb` as (sample indices, weight). The samples
+    are dealt round-robin (rank r takes mb[r::world]); ranks with fewer micro-batches than
+    rank 0 (which has the most) pad with weight-0 passes over one sample, so every rank runs
+    the same number of backwards (ZeRO reduces gradients inside each one)."""
+    n = -(-len(mb[0::world]) // micro)
+    mine = [(c, 1.0) for c in _chunks(mb[rank::world], micro)]
+    return mine + [([mb[0]], 0.0)] * (n - len(mine))
+
+
+def _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, temperature, pad_id,
+          bf16, rank: int = 0, world: int = 1) -> dict[str, float]:
+    """Accumulate this rank's share of the gradient of one minibatch (indices `mb`) over
+    micro-batches; returns its metrics (before the optimizer step). Each chunk's terms use the
+    whole minibatch's denominator, so the chunks of all ranks add up exactly to the
+    one-big-batch loss for every mode. With `world` ranks each loss is multiplied by `world`,
+    since the data-parallel backend averages gradients over ranks. The metrics are this
+    rank's sums (padding passes add nothing)."""
     mode = algo.loss_aggregation
     mb_samples = [samples[i] for i in mb]
     denom = _minibatch_denominator(mb_samples, mode)
     tokens = sum(len(s.completion_ids) for s in mb_samples)
-    metrics: dict[str, float] = {}
-    for chunk in _chunks(mb, optim.micro_batch_size):
+    metrics = dict.fromkeys(METRIC_SUMS, 0.0)
+    for chunk, weight in _rank_chunks(mb, optim.micro_batch_size, rank, world):
         batch = [samples[i] for i in chunk]
         logp, mask, *ent = sequence_logprobs(model, batch, temperature, pad_id, bf16,
                                              with_entropy=algo.entropy_coef > 0)
@@ -169,7 +220,10 @@ def _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pa
                                 dual_clip=algo.dual_clip, kl_coef=algo.kl_coef,
                                 entropy=ent[0] if ent else None, entropy_coef=algo.entropy_coef,
                                 aggregation=mode, denominator=denom)
-        loss.backward()
+        scale = weight * world
+        updater.backward(loss if scale == 1.0 else loss * scale)
+        if weight == 0.0:
+            continue
         m["loss"] = float(loss.detach())
         share = float(mask.sum()) / tokens if tokens else 0.0  # token means: weigh by tokens
         for k, v in m.items():
@@ -177,13 +231,48 @@ def _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pa
     return metrics
 
 
-def ppo_update(model, ref_model, optimizer, scheduler, samples: list[Sample],
-               algo: AlgorithmConfig, optim: OptimConfig, *, temperature: float, pad_id: int,
-               seed: int, bf16: bool = False, progress: bool = True) -> dict[str, float]:
+def _gather_logps(local: dict[int, torch.Tensor], world: int) -> dict[int, torch.Tensor]:
+    """Every rank's share of per-sample log-probs, merged (all_gather_object, CPU tensors)."""
+    if world == 1:
+        return local
+    parts: list = [None] * world
+    torch.distributed.all_gather_object(parts, {i: v.cpu() for i, v in local.items()})
+    return {i: v for part in parts for i, v in part.items()}
+
+
+def _sum_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
+    """The `METRIC_SUMS` (sums over micro-batches; every rank has them, padding-only ranks
+    as zeros) summed over ranks too, with one all_reduce; any other key stays this rank's."""
+    if world == 1:
+        return metrics
+    t = torch.tensor([metrics[k] for k in METRIC_SUMS], dtype=torch.float64)
+    torch.distributed.all_reduce(t)
+    return {**metrics, **dict(zip(METRIC_SUMS, t.tolist()))}
+
+
+def _logps_share(model, samples, chunks, temperature, pad_id, bf16, rank, world):
+    """No-grad log-probs of this rank's share of `chunks` (dealt round-robin; short ranks
+    repeat a one-sample chunk so all run the same number of forwards, which ZeRO-3's
+    parameter gathering needs), gathered so every rank has all of them."""
+    mine = chunks[rank::world]
+    mine = mine + [[chunks[0][0]]] * (-(-len(chunks) // world) - len(mine))
+    return _gather_logps(_per_sample_logps(model, samples, mine, temperature, pad_id, bf16), world)
+
+
+def ppo_update(model, ref_model, updater, samples: list[Sample], algo: AlgorithmConfig,
+               optim: OptimConfig, *, temperature: float, pad_id: int, seed: int,
+               bf16: bool = False, progress: bool = True, rank: int = 0,
+               world: int = 1) -> dict[str, float]:
     """`algo.ppo_epochs` passes over the samples, each `optim.minibatches` optimizer steps
     (reshuffled per epoch, games in equal shares per minibatch), each accumulated over
     micro-batches of `optim.micro_batch_size` so that the update equals one big batch's for
-    every loss aggregation mode.
+    every loss aggregation mode. `updater` does backward / step / zero_grad (`TorchUpdater`,
+    or the DeepSpeed engine's `DeepSpeedUpdater`).
+
+    Data parallel (`world` > 1, this process is `rank`): every rank runs the same plan; each
+    minibatch's samples are dealt to the ranks (see `_rank_chunks`), old and reference
+    log-probs are computed in shares and all-gathered, and the summed metrics are all-reduced.
+    `world == 1` never touches torch.distributed.
 
     Old log-probs are computed once, before the first step, whenever more than one optimizer
     step happens (otherwise the current ones, detached, are exact); reference log-probs once
@@ -193,26 +282,27 @@ def ppo_update(model, ref_model, optimizer, scheduler, samples: list[Sample],
     and samples."""
     if algo.kl_coef > 0 and ref_model is None:
         raise ValueError("ppo_update: kl_coef > 0 needs a reference model (ref_model is None)")
+    if not 0 <= rank < world:
+        raise ValueError(f"ppo_update: rank {rank} is not in [0, world={world})")
     n_mb = min(optim.minibatches, len(samples))
     plan = _plan(samples, algo.ppo_epochs, n_mb, seed)
     first_chunks = [c for mb in plan[0] for c in _chunks(mb, optim.micro_batch_size)]
     n_steps = algo.ppo_epochs * n_mb
-    old_logps = (_per_sample_logps(model, samples, first_chunks, temperature, pad_id, bf16)
-                 if n_steps > 1 else None)
-    ref_logps = (_per_sample_logps(ref_model, samples, first_chunks, temperature, pad_id, bf16)
-                 if algo.kl_coef > 0 else None)
+    args = (samples, first_chunks, temperature, pad_id, bf16, rank, world)
+    old_logps = _logps_share(model, *args) if n_steps > 1 else None
+    ref_logps = _logps_share(ref_model, *args) if algo.kl_coef > 0 else None
     totals: dict[str, float] = {}
     model.train()
-    bar = tqdm(total=algo.ppo_epochs * len(first_chunks), desc="train", unit="micro",
-               disable=not progress, leave=False)
-    for mb in (mb for epoch in plan for mb in epoch):
-        optimizer.zero_grad(set_to_none=True)
-        m = _step(model, ref_logps, old_logps, samples, mb, algo, optim, temperature, pad_id, bf16)
-        bar.update(len(_chunks(mb, optim.micro_batch_size)))
-        m["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip))
-        m["lr"] = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
+    micro = [len(_rank_chunks(mb, optim.micro_batch_size, rank, world)) for ep in plan for mb in ep]
+    bar = tqdm(total=sum(micro), desc="train", unit="micro", disable=not progress or rank != 0,
+               leave=False)
+    for mb, n_micro in zip((mb for epoch in plan for mb in epoch), micro):
+        updater.zero_grad()
+        m = _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, temperature,
+                  pad_id, bf16, rank, world)
+        m = _sum_over_ranks(m, world)
+        bar.update(n_micro)
+        m["grad_norm"], m["lr"] = updater.step()
         for k, v in m.items():
             totals[k] = totals.get(k, 0.0) + v / n_steps
     bar.close()

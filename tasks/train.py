@@ -3,36 +3,49 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 
-import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.checkpoint import (ESTIMATOR_STATE, TRAINER_STATE, load_trainer_state, save_estimator_state,
-                                  save_model, save_trainer_state)
+from mars_core import train_deepspeed as ds
+from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, load_trainer_state,
+                                  save_estimator_state, save_model, save_trainer_state)
 from mars_core.models import load_model, load_tokenizer, resolve_model
 from mars_core.reports import rollout_metrics
 from mars_core.rollout import play_episodes
 from mars_core.samplers import plan_episodes
 from mars_core.stages import MARKER, read_json, write_json
-from mars_core.trainer import Sample, make_optimizer, ppo_update, sft_steps
+from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, make_optimizer,
+                               ppo_update, sft_steps)
 from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
 from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
                           run_stage, sampling, use_bf16)
 from tasks.paths import checkpoint_dir, read_config, stage_dir
 from tasks.tracking import register_model
 
+# the DeepSpeed worker's spec, log and metrics stay in train_step/, out of the checkpoint
+DS_RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE)
+
+
 def _is_heavy(name: str) -> bool:
-    """Weights and optimizer state: what pruning removes from old checkpoints."""
-    return name.endswith(".safetensors") or name == TRAINER_STATE
+    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder included): what pruning
+    removes from old checkpoints."""
+    return name.endswith(".safetensors") or name in (TRAINER_STATE, DEEPSPEED_STATE)
 
 
 def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
-    """Hard-link every file of `src` into `out` except `skip` (no copy); returns bytes linked."""
+    """Hard-link every file of `src` into `out`, folders recursively (no copy), except `skip`;
+    returns the bytes linked."""
     size = 0
     for f in src.iterdir():
-        if f.name not in (MARKER, "metrics.json", *skip):
+        if f.name in (MARKER, "metrics.json", *skip):
+            continue
+        if f.is_dir():
+            shutil.copytree(f, out / f.name, copy_function=os.link)
+            size += sum(g.stat().st_size for g in f.rglob("*") if g.is_file())
+        else:
             os.link(f, out / f.name)
             size += f.stat().st_size
     return size
@@ -72,7 +85,7 @@ def prepare_policy(run_dir: str) -> dict:
     def body(out: Path) -> dict:
         base = str(resolve_model(cfg.model.path))
         w, seed, metrics = cfg.warmup, derive_seed(cfg, 0, 9), {}
-        engine = make_engine(cfg, base) if (w.steps or w.probe_games) else None
+        engine = make_engine(cfg, base, backend="hf") if (w.steps or w.probe_games) else None
         if w.probe_games:
             metrics["warmup/invalid_rate_before"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed)
         if w.steps == 0:
@@ -96,28 +109,67 @@ def prepare_policy(run_dir: str) -> dict:
     return run_stage(run_dir, "init", "prepare_policy", body, step=0)
 
 
+def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
+    """The PPO update in this process; saves the weights and the optimizer/scheduler state."""
+    path = policy_at(run_dir, k)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tok = load_model(path).to(device), load_tokenizer(path)
+    enable_gradient_checkpointing(model, cfg.trainer.gradient_checkpointing)
+    ref = load_model(initial_policy(run_dir)).to(device) if cfg.algorithm.kl_coef > 0 else None
+    steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
+    opt, sched = make_optimizer(model, cfg.optim, steps)
+    load_trainer_state(path, opt, sched)
+    samples = ds.load_samples(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
+    metrics = {}
+    if samples:
+        metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
+                             samples, cfg.algorithm, cfg.optim,
+                             temperature=cfg.rollout.temperature, pad_id=tok.pad_token_id,
+                             seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg))
+    save_model(out, model, tok)
+    save_trainer_state(out, opt, sched, k)
+    return metrics
+
+
+def _absolute(path: str) -> str:
+    """A local folder as an absolute path (the workers may not share our cwd); a hub id as is."""
+    return str(Path(path).resolve()) if Path(path).exists() else path
+
+
+def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
+    """The PPO update in DeepSpeed worker processes (`mars_core.train_deepspeed`), resuming
+    the previous checkpoint's `deepspeed/` state when it has one. The workers write the fp32
+    weights and `deepspeed/`; the trainer state keeps the iteration and RNG states only. An
+    empty batch launches nothing: the weights and the previous state carry over (links)."""
+    path = policy_at(run_dir, k)
+    prev = Path(path) / DEEPSPEED_STATE
+    samples_file = stage_dir(run_dir, k, BATCH) / SAMPLES_FILE
+    metrics = {}
+    if ds.load_samples(samples_file):
+        spec = {"policy": _absolute(path),
+                "reference": _absolute(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None,
+                "samples": str(samples_file.resolve()), "out": str(out.resolve()),
+                "resume": str(prev.resolve()) if prev.is_dir() else None,
+                "config": cfg.model_dump(mode="json"), "iteration": k,
+                "seed": derive_seed(cfg, k, 4), "bf16": use_bf16(cfg)}
+        metrics = ds.launch(spec, cfg.trainer, out)
+    else:
+        save_model(out, load_model(path), load_tokenizer(path))
+        if prev.is_dir():
+            shutil.copytree(prev, out / DEEPSPEED_STATE, copy_function=os.link)
+    save_trainer_state(out, None, None, k)
+    return metrics
+
+
 @task(name="train_step", cache_policy=NO_CACHE)
 def train_step(run_dir: str, k: int) -> dict:
-    """One PPO epoch on iteration k's batch, from the policy (and optimizer state) of k-1."""
+    """One PPO update on iteration k's batch, from the policy (and optimizer state) of k-1,
+    with the backend `trainer.backend` names (torch in process, or DeepSpeed workers)."""
     cfg = read_config(Path(run_dir))
+    train = _train_deepspeed if cfg.trainer.backend == "deepspeed" else _train_torch
 
     def body(out: Path) -> dict:
-        path = policy_at(run_dir, k)
-        model, tok = load_model(path), load_tokenizer(path)
-        ref = load_model(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None
-        steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
-        opt, sched = make_optimizer(model, cfg.optim, steps)
-        load_trainer_state(path, opt, sched)
-        frame = pl.read_parquet(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
-        samples = [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"],
-                          r["game"]) for r in frame.iter_rows(named=True)]
-        metrics = {}
-        if samples:
-            metrics = ppo_update(model, ref, opt, sched, samples, cfg.algorithm, cfg.optim,
-                                 temperature=cfg.rollout.temperature, pad_id=tok.pad_token_id,
-                                 seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg))
-        save_model(out, model, tok)
-        save_trainer_state(out, opt, sched, k)
+        metrics = train(cfg, run_dir, k, out)
         save_estimator_state(out, read_json(stage_dir(run_dir, k, BATCH) / STATE_FILE))
         return {f"train/{key}": v for key, v in metrics.items()}
 
@@ -132,7 +184,7 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
     src = stage_dir(run_dir, k, "train_step")
 
     def body(out: Path) -> dict:
-        size = _link_files(src, out, skip=())
+        size = _link_files(src, out, skip=DS_RUN_FILES)
         write_json(out / "checkpoint.json", {"iteration": k, "source": str(src)})
         return {"checkpoint/size_mb": size / 2**20}
 
@@ -149,17 +201,22 @@ def _drop_heavy(folder: Path) -> None:
     if folder.is_dir():
         for f in folder.iterdir():
             if _is_heavy(f.name):
-                f.unlink()
+                if f.is_dir():
+                    shutil.rmtree(f)
+                else:
+                    f.unlink()
 
 
 @task(name="register_model", cache_policy=NO_CACHE)
 def register_final(run_dir: str) -> int:
-    """The last checkpoint's model files (no trainer state) as a registry version `candidate`."""
+    """The last checkpoint's model files (no trainer or DeepSpeed state) as a registry version
+    `candidate`."""
     cfg = read_config(Path(run_dir))
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
 
     def body(out: Path) -> dict:
-        _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, "checkpoint.json"))
+        _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
+                                      "checkpoint.json"))
         return {}
 
     run_stage(run_dir, "final", "model", body, step=None)

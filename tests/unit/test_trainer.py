@@ -9,8 +9,9 @@ from mars_core.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.losses import AGGREGATIONS, aggregate
 from mars_core.models import load_model
-from mars_core.trainer import (Sample, _plan, lr_lambda, make_optimizer, ppo_update,
-                              sequence_logprobs)
+from mars_core.trainer import (Sample, TorchUpdater, _chunks, _plan, _rank_chunks, _step,
+                               enable_gradient_checkpointing, lr_lambda, make_optimizer,
+                               ppo_update, sequence_logprobs)
 
 
 def _samples(n=8, seed=0):
@@ -46,7 +47,8 @@ def test_every_parameter_changes_after_one_step(model):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optim = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=4)
     opt, sched = make_optimizer(model, optim, total_steps=4)
-    m = ppo_update(model, ref, opt, sched, _samples(), AlgorithmConfig(), optim, temperature=0.6,
+    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip), _samples(),
+                   AlgorithmConfig(), optim, temperature=0.6,
                    pad_id=0, seed=0, progress=False)
     assert {"loss", "kl", "grad_norm", "lr", "clip_frac"} <= set(m)
     unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
@@ -63,7 +65,8 @@ def _grads_after(model, micro, samples):
         captured.update({n: p.grad.clone() for n, p in model.named_parameters()})
 
     opt.register_step_pre_hook(lambda *_: capture())
-    ppo_update(model, model, opt, sched, samples, AlgorithmConfig(kl_coef=0.0), optim,
+    ppo_update(model, model, TorchUpdater(model, opt, sched, optim.grad_clip), samples,
+               AlgorithmConfig(kl_coef=0.0), optim,
                temperature=1.0, pad_id=0, seed=0, progress=False)
     return captured
 
@@ -84,7 +87,8 @@ def test_lr_schedule_warmup_then_cosine():
 def test_trainer_state_round_trip(model, tmp_path):
     optim = OptimConfig(lr=1e-3, warmup_steps=1)
     opt, sched = make_optimizer(model, optim, total_steps=5)
-    ppo_update(model, model, opt, sched, _samples(4), AlgorithmConfig(kl_coef=0.0), optim,
+    ppo_update(model, model, TorchUpdater(model, opt, sched, optim.grad_clip), _samples(4),
+               AlgorithmConfig(kl_coef=0.0), optim,
                temperature=1.0, pad_id=0, seed=0, progress=False)
     save_trainer_state(tmp_path, opt, sched, iteration=3)
     opt2, sched2 = make_optimizer(model, optim, total_steps=5)
@@ -118,7 +122,8 @@ def _sgd(model):
 def _params_after(model, samples, algo, optim, ref=None, sgd=True, seed=0):
     model = copy.deepcopy(model)
     opt, sched = _sgd(model) if sgd else make_optimizer(model, optim, total_steps=8)
-    m = ppo_update(model, ref, opt, sched, samples, algo, optim, temperature=0.8, pad_id=0,
+    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip), samples, algo,
+                   optim, temperature=0.8, pad_id=0,
                    seed=seed, progress=False)
     return {n: p.detach().clone() for n, p in model.named_parameters()}, m, sched
 
@@ -195,8 +200,9 @@ def test_old_and_reference_logprobs_are_computed_once(model, perturbed_ref, epoc
     rows, ref_rows = _row_counter(policy), _row_counter(perturbed_ref)
     opt, sched = _sgd(policy)
     algo = AlgorithmConfig(kl_coef=0.2, ppo_epochs=epochs)
-    ppo_update(policy, perturbed_ref, opt, sched, _samples(8), algo,
-               OptimConfig(micro_batch_size=3, minibatches=minibatches), temperature=1.0,
+    optim = OptimConfig(micro_batch_size=3, minibatches=minibatches)
+    ppo_update(policy, perturbed_ref, TorchUpdater(policy, opt, sched, optim.grad_clip),
+               _samples(8), algo, optim, temperature=1.0,
                pad_id=0, seed=0, progress=False)
     assert rows == {True: 8 * epochs, False: old_rows}
     assert ref_rows == {True: 0, False: 8}  # once per sample, not per epoch or minibatch
@@ -229,9 +235,87 @@ def test_entropy_is_computed_and_reported_only_when_its_coefficient_is_on(model)
 def test_no_reference_needed_without_kl(model):
     policy = copy.deepcopy(model)
     opt, sched = _sgd(policy)
-    m = ppo_update(policy, None, opt, sched, _samples(4), AlgorithmConfig(kl_coef=0.0),
+    updater = TorchUpdater(policy, opt, sched, grad_clip=1.0)
+    m = ppo_update(policy, None, updater, _samples(4), AlgorithmConfig(kl_coef=0.0),
                    OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)
     assert m["kl"] == 0.0 and m["optimizer_steps"] == 1.0
     with pytest.raises(ValueError, match="reference model"):
-        ppo_update(policy, None, opt, sched, _samples(4), AlgorithmConfig(kl_coef=0.2),
+        ppo_update(policy, None, updater, _samples(4), AlgorithmConfig(kl_coef=0.2),
                    OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)
+
+
+@pytest.mark.parametrize("n,micro,world", [(5, 2, 2), (8, 3, 3), (1, 2, 2), (7, 1, 4)])
+def test_rank_chunks_deal_every_sample_once_with_equal_backward_counts(n, micro, world):
+    mb = list(range(10, 10 + n))
+    per_rank = [_rank_chunks(mb, micro, r, world) for r in range(world)]
+    assert len({len(chunks) for chunks in per_rank}) == 1  # the same number of backwards
+    real = [i for chunks in per_rank for c, w in chunks if w == 1.0 for i in c]
+    assert sorted(real) == mb
+    pads = [(c, w) for chunks in per_rank for c, w in chunks if w != 1.0]
+    assert all(w == 0.0 and len(c) == 1 for c, w in pads)
+    assert _rank_chunks(mb, micro, 0, 1) == [(c, 1.0) for c in _chunks(mb, micro)]
+
+
+def _rank_grads(model, ref_logps, old_logps, samples, mb, algo, optim, rank, world):
+    """One rank's accumulated gradient and metric sums of minibatch `mb` (no communication)."""
+    model = copy.deepcopy(model)
+    up = TorchUpdater(model, *_sgd(model), grad_clip=1.0)
+    up.zero_grad()
+    m = _step(model, up, ref_logps, old_logps, samples, mb, algo, optim, 0.8, 0, False, rank, world)
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, m
+
+
+def test_ranks_gradients_average_to_the_one_process_gradient(model, perturbed_ref):
+    """DeepSpeed averages the ranks' gradients; each rank's loss carries a factor `world`, so
+    the average is the one-big-batch gradient, and the metric sums add up over ranks."""
+    samples, optim = _samples(7), OptimConfig(micro_batch_size=2)
+    algo = AlgorithmConfig(kl_coef=0.3, loss_aggregation="token_mean")
+    mb = list(range(7))
+    with torch.no_grad():
+        ref = {i: sequence_logprobs(perturbed_ref, [s], 0.8, 0)[0][0] for i, s in enumerate(samples)}
+    one, m1 = _rank_grads(model, ref, None, samples, mb, algo, optim, 0, 1)
+    parts = [_rank_grads(model, ref, None, samples, mb, algo, optim, r, 3) for r in range(3)]
+    for name in one:
+        mean = sum(g[name] for g, _ in parts) / 3
+        assert torch.allclose(mean, one[name], atol=1e-6, rtol=1e-4), name
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean"):
+        assert sum(m[key] for _, m in parts) == pytest.approx(m1[key], rel=1e-5, abs=1e-8), key
+
+
+def test_zero_weight_padding_pass_leaves_gradients_zero(model):
+    """Rank 1 of 2 on a one-sample minibatch only pads: it runs a backward (ZeRO needs the
+    same count on every rank) whose gradient is exactly zero, and reports zeros."""
+    grads, m = _rank_grads(model, None, None, _samples(3), [2], AlgorithmConfig(kl_coef=0.0),
+                           OptimConfig(micro_batch_size=4), rank=1, world=2)
+    assert all(torch.count_nonzero(g) == 0 for g in grads.values())
+    assert set(m) == {"loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"}
+    assert all(v == 0.0 for v in m.values())
+
+
+def test_world_one_never_touches_torch_distributed(model, monkeypatch):
+    def boom(*_a, **_k):
+        raise AssertionError("torch.distributed used with world == 1")
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", boom)
+    monkeypatch.setattr(torch.distributed, "all_gather_object", boom)
+    algo = AlgorithmConfig(kl_coef=0.2)
+    _params_after(model, _samples(6), algo, OptimConfig(micro_batch_size=2, minibatches=2), ref=model)
+    with pytest.raises(ValueError, match="rank 2 is not in"):
+        ppo_update(model, None, None, _samples(2), AlgorithmConfig(kl_coef=0.0), OptimConfig(),
+                   temperature=1.0, pad_id=0, seed=0, progress=False, rank=2, world=2)
+
+
+def test_gradient_checkpointing_helper_gives_the_same_gradients(model):
+    samples = _samples(4)
+    plain = _grads_after(model, 4, samples)
+    ckpt = copy.deepcopy(model)
+    enable_gradient_checkpointing(ckpt, True)
+    enable_gradient_checkpointing(model, False)
+
+    def on(m):
+        return any(getattr(mod, "gradient_checkpointing", False) for mod in m.modules())
+
+    assert on(ckpt) and not on(model)
+    with_ckpt = _grads_after(ckpt, 4, samples)
+    for name in plain:
+        assert torch.allclose(plain[name], with_ckpt[name], atol=1e-6), name

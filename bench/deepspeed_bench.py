@@ -6,6 +6,7 @@ pipeline process (rollouts and, for torch, the update) and the DeepSpeed worker 
 Prints figures; asserts nothing.
 
     python bench/deepspeed_bench.py [--iterations 3] [--runs-dir DIR] [--set key=value ...]
+    python bench/deepspeed_bench.py --set 'model.bf16="off"'   # fp32 on both sides
 
 The rollouts of iteration 0 are identical; later ones are sampled from the two backends'
 own policies, so the curves agree in shape, not digit for digit (with model.bf16 on, the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,7 @@ def run(backend: str, runs_dir: Path, iterations: int, extra: list[str]) -> tupl
     """`mars train` on the smoke preset with this backend; returns (wall seconds, peak RSS MiB
     of the pipeline process and its descendants: the largest one of them, from wait4)."""
     sets = [f"trainer.backend={backend}", f"run.iterations={iterations}", "evaluation.every=0",
-            *extra]
+            "checkpoint.keep_last=1", *extra]  # one checkpoint on disk: ~2-3 GB for 135M
     cmd = [sys.executable, "-m", "cli.main", "train", "--config", str(REPO / "configs/smoke.yaml"),
            "--runs-dir", str(runs_dir), "--run-name", backend,
            *[a for s in sets for a in ("--set", s)]]
@@ -48,21 +50,20 @@ def run(backend: str, runs_dir: Path, iterations: int, extra: list[str]) -> tupl
     return time.perf_counter() - start, usage.ru_maxrss / 1024
 
 
-def metrics(runs_dir: Path, backend: str, k: int) -> dict:
-    path = runs_dir / backend / f"iter_{k:04d}/train_step/metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+def metrics(run_dir: Path, iterations: int) -> list[dict]:
+    """train_step's metrics of each iteration ({} where it has none)."""
+    paths = [run_dir / f"iter_{k:04d}/train_step/metrics.json" for k in range(iterations)]
+    return [json.loads(p.read_text()) if p.is_file() else {} for p in paths]
 
 
-def table(runs_dir: Path, iterations: int) -> None:
+def table(torch_m: list[dict], ds_m: list[dict]) -> None:
     head = " ".join(f"{k.split('/')[1] + ' ' + b:>16s}" for k in KEYS for b in ("torch", "ds"))
     print(f"{'iter':>4s} {head}")
-    for k in range(iterations):
-        t, d = metrics(runs_dir, "torch", k), metrics(runs_dir, "deepspeed", k)
+    for k, (t, d) in enumerate(zip(torch_m, ds_m)):
         cells = " ".join(f"{t.get(key, float('nan')):16.5f} {d.get(key, float('nan')):16.5f}"
                          for key in KEYS)
         print(f"{k:4d} {cells}")
-    rss = [metrics(runs_dir, "deepspeed", k).get("train/peak_rss_mb") for k in range(iterations)]
-    rss = [r for r in rss if r is not None]
+    rss = [d["train/peak_rss_mb"] for d in ds_m if "train/peak_rss_mb" in d]
     if rss:
         print(f"DeepSpeed worker (rank 0) peak RSS: {max(rss):.0f} MiB")
 
@@ -70,17 +71,25 @@ def table(runs_dir: Path, iterations: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=3)
-    ap.add_argument("--runs-dir", default=None, help="default: a fresh temporary folder")
+    ap.add_argument("--runs-dir", default=None,
+                    help="keep the runs there (default: a temporary folder, removed run by run)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="more config overrides for both runs, e.g. model.bf16=off")
+                    help="more config overrides for both runs, e.g. 'model.bf16=\"off\"' "
+                         "(quoted: YAML reads a bare off as false)")
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="mars-ds-bench-"))
     runs_dir.mkdir(parents=True, exist_ok=True)
     print(f"smoke preset, {args.iterations} iterations, runs in {runs_dir}")
+    found = {}
     for backend in ("torch", "deepspeed"):
         wall, rss = run(backend, runs_dir, args.iterations, args.overrides)
         print(f"  {backend:9s} run: {wall:6.1f} s wall, peak RSS of its largest process {rss:.0f} MiB")
-    table(runs_dir, args.iterations)
+        found[backend] = metrics(runs_dir / backend, args.iterations)
+        if not args.runs_dir:  # checkpoints are GBs: free the disk before the next run
+            shutil.rmtree(runs_dir / backend)
+    table(found["torch"], found["deepspeed"])
+    if not args.runs_dir:
+        shutil.rmtree(runs_dir)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import traceback
@@ -37,7 +36,8 @@ import torch
 
 from mars_core.checkpoint import DEEPSPEED_STATE, DEEPSPEED_TAG, save_model
 from mars_core.config import Config, OptimConfig, TrainerConfig, config_from_dict
-from mars_core.trainer import Sample, enable_gradient_checkpointing, lr_lambda, ppo_update
+from mars_core.engines.vllm_server import free_port
+from mars_core.trainer import enable_gradient_checkpointing, load_samples, lr_lambda, ppo_update
 
 WORKER_MODULE = "mars_core.train_deepspeed"
 SPEC_FILE = "deepspeed_spec.json"
@@ -135,22 +135,7 @@ def init_deepspeed(model, trainer: TrainerConfig, optim: OptimConfig, bf16: bool
     return engine, DeepSpeedUpdater(engine)
 
 
-def load_samples(path: Path | str) -> list[Sample]:
-    """The training samples of a batch parquet (compute_advantages' samples file)."""
-    import polars as pl
-
-    frame = pl.read_parquet(path)
-    return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"], r["game"])
-            for r in frame.iter_rows(named=True)]
-
-
 # ---- the parent side: the launch command, the child's environment, the failure line ----
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def launch_command(trainer: TrainerConfig, spec_path: Path | str) -> list[str]:
     """The command that runs the worker on `num_processes` ranks. `deepspeed`: DeepSpeed's
@@ -165,7 +150,7 @@ def launch_command(trainer: TrainerConfig, spec_path: Path | str) -> list[str]:
     if ds.hostfile:
         cmd += ["--hostfile", ds.hostfile]  # multi-node: DeepSpeed's default master port
     else:
-        cmd += ["--master_port", str(_free_port())]
+        cmd += ["--master_port", str(free_port())]
     return cmd + ["--module", WORKER_MODULE, spec]
 
 

@@ -26,6 +26,14 @@ class Sample:
     game: str = ""  # minibatches are split evenly by game
 
 
+def load_samples(path) -> list[Sample]:
+    """The training samples of a batch parquet (compute_advantages' samples file)."""
+    import polars as pl
+
+    return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"], r["game"])
+            for r in pl.read_parquet(path).iter_rows(named=True)]
+
+
 def bf16_supported() -> bool:
     """True where the CPU has native bf16 (AVX512-BF16 or AMX) or a CUDA device is used."""
     if torch.cuda.is_available():

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -18,8 +19,8 @@ from mars_core.reports import rollout_metrics
 from mars_core.rollout import play_episodes
 from mars_core.samplers import plan_episodes
 from mars_core.stages import MARKER, read_json, write_json
-from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, make_optimizer,
-                               ppo_update, sft_steps)
+from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
+                               make_optimizer, ppo_update, sft_steps)
 from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
 from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
                           run_stage, sampling, use_bf16)
@@ -120,7 +121,7 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
     opt, sched = make_optimizer(model, cfg.optim, steps)
     load_trainer_state(path, opt, sched)
-    samples = ds.load_samples(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
+    samples = load_samples(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
     metrics = {}
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
@@ -146,7 +147,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     prev = Path(path) / DEEPSPEED_STATE
     samples_file = stage_dir(run_dir, k, BATCH) / SAMPLES_FILE
     metrics = {}
-    if ds.load_samples(samples_file):
+    if pq.read_metadata(samples_file).num_rows:  # the footer only: the workers read the rows
         spec = {"policy": _absolute(path),
                 "reference": _absolute(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None,
                 "samples": str(samples_file.resolve()), "out": str(out.resolve()),

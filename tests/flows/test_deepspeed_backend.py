@@ -28,11 +28,11 @@ from cli.main import main
 from mars_core import train_deepspeed as ds
 from mars_core.config import load_config
 from mars_core.models import load_model, load_tokenizer
-from mars_core.trainer import TorchUpdater, make_optimizer, ppo_update
+from mars_core.trainer import TorchUpdater, load_samples, make_optimizer, ppo_update
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(900)
-pytest.importorskip("deepspeed")  # the optional backend (pyproject extra `gpu`)
+pytest.importorskip("deepspeed")  # the optional backend (pyproject extras `deepspeed`, `gpu`)
 SMOKE = str(REPO / "configs/smoke.yaml")
 SEEDS = (11, 12)  # iterations 0 and 1
 
@@ -90,7 +90,7 @@ def torch_path(worker_runs, tiny_model_dir):
     after = []
     for k, batch in enumerate(batches):
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
-                             ds.load_samples(batch), cfg.algorithm, cfg.optim,
+                             load_samples(batch), cfg.algorithm, cfg.optim,
                              temperature=cfg.rollout.temperature, pad_id=pad, seed=SEEDS[k],
                              progress=False)
         after.append((copy.deepcopy(model.state_dict()), metrics))

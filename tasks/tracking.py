@@ -241,3 +241,25 @@ def log_comparison(tracking: str, experiment: str, name: str, params: dict, rows
         client.log_artifact(run_id, str(f))
     client.set_terminated(run_id)
     return run_id
+
+
+def alias_version(tracking: str, name: str, alias: str) -> int | None:
+    """The version `alias` points at in registered model `name` (None when unset); a model
+    that is not registered at all is a RegistryError."""
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=tracking)
+    if not client.search_registered_models(filter_string=f"name='{name}'"):
+        raise RegistryError(f"no registered model {name!r} in {tracking}")
+    try:
+        return int(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def set_alias(tracking: str, name: str, alias: str, version: int, tags: dict | None = None) -> None:
+    """Point `alias` at `version` (tags, e.g. why, go on the version)."""
+    client = MlflowClient(tracking_uri=tracking)
+    client.set_registered_model_alias(name, alias, str(version))
+    for k, v in (tags or {}).items():
+        client.set_model_version_tag(name, str(version), k, str(v))

@@ -1,0 +1,184 @@
+"""The reasoning-benchmark suite: systems x benchmarks for one model, accuracy with a 95%
+confidence interval, cost (model calls, tokens), transcripts, and the comparison of two models
+(the MARS paper's Table 1 layout, and a paired difference for promotion decisions).
+
+Accuracy intervals are Wilson score intervals (honest at small n and at 0% or 100%). The
+difference of two models is paired over the same questions: mean of (a_i - b_i) with a normal
+95% interval, so "wins by more than the confidence interval" means its lower end is above 0.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from eval.benchmarks import Question
+from eval.systems import Result, run_system
+from mars_core.engines.chat import ChatEngine, ChatParams
+
+Z95 = 1.959964
+
+
+def wilson(correct: int, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion correct/n ((0, 1) when n == 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + Z95 ** 2 / (2 * n)) / (1 + Z95 ** 2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / (1 + Z95 ** 2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
+              params: ChatParams, max_batch: int = 256,
+              progress: Callable[[str], None] | None = None) -> list[Result]:
+    """Every question under every system. A system's questions (all benchmarks) run as one
+    lockstep batch, so the engine sees as many concurrent conversations as there are open
+    questions."""
+    results = []
+    for name in systems:
+        results += run_system(name, questions, engine, params, max_batch, progress)
+    return results
+
+
+def summarize(results: list[Result]) -> list[dict]:
+    """One row per system x benchmark: n, correct, accuracy (%), Wilson 95% interval (%),
+    calls, tokens, errors and how questions ended."""
+    cells: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        cells.setdefault((r.system, r.benchmark), []).append(r)
+    rows = []
+    for (system, bench), rs in cells.items():
+        n, k = len(rs), sum(r.correct for r in rs)
+        lo, hi = wilson(k, n)
+        rows.append({
+            "system": system, "benchmark": bench, "n": n, "correct": k,
+            "accuracy": 100.0 * k / n, "ci_low": 100.0 * lo, "ci_high": 100.0 * hi,
+            "ci95": 50.0 * (hi - lo), "calls": sum(r.calls for r in rs),
+            "prompt_tokens": sum(r.prompt_tokens for r in rs),
+            "completion_tokens": sum(r.completion_tokens for r in rs),
+            "errors": sum(bool(r.errors) for r in rs),
+            "stops": dict(Counter(r.stop for r in rs)),
+        })
+    return rows
+
+
+def comparison_table(rows: dict[str, list[dict]], baseline: str | None = None) -> list[dict]:
+    """Table 1 layout: one row per model x system, one column per benchmark (accuracy %) and
+    `avg` (unweighted mean over benchmarks); with a baseline, a `delta` row per system."""
+    benches = sorted({r["benchmark"] for rs in rows.values() for r in rs})
+    systems = list(dict.fromkeys(r["system"] for rs in rows.values() for r in rs))
+    table = []
+    for system in systems:
+        for label, rs in rows.items():
+            acc = {r["benchmark"]: r["accuracy"] for r in rs if r["system"] == system}
+            if not acc:
+                continue
+            line = {"model": label, "system": system, **{b: acc.get(b) for b in benches}}
+            line["avg"] = sum(acc.values()) / len(acc)
+            table.append(line)
+        if baseline and baseline in rows and len(rows) == 2:
+            mine = [t for t in table if t["system"] == system]
+            if len(mine) == 2:
+                base = next(t for t in mine if t["model"] == baseline)
+                other = next(t for t in mine if t["model"] != baseline)
+                table.append({"model": f"{other['model']} - {baseline}", "system": system,
+                              **{c: (other[c] - base[c]) if other[c] is not None
+                                 and base[c] is not None else None
+                                 for c in [*benches, "avg"]}})
+    return table
+
+
+def markdown(table: list[dict]) -> str:
+    """The comparison table as Markdown (accuracy in %, one decimal)."""
+    if not table:
+        return ""
+    cols = list(table[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in table:
+        cells = [f"{v:.1f}" if isinstance(v, float) else ("" if v is None else str(v))
+                 for v in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_difference(a: list[Result], b: list[Result]) -> dict:
+    """Model a minus model b over the questions both answered (same system, benchmark and
+    id): mean difference in accuracy points, its 95% half-width, and whether a wins (lower
+    end above 0) or loses (upper end below 0)."""
+    right_b = {(r.system, r.benchmark, r.id): r.correct for r in b}
+    diffs = [float(r.correct) - float(right_b[k]) for r in a
+             if (k := (r.system, r.benchmark, r.id)) in right_b]
+    n = len(diffs)
+    if n == 0:
+        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False}
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    half = Z95 * math.sqrt(var / n) if n > 1 else float("inf")
+    return {"n": n, "difference": 100.0 * mean, "ci95": 100.0 * half,
+            "wins": mean - half > 0, "loses": mean + half < 0}
+
+
+def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[Path]:
+    """Per system x benchmark: `<system>/<benchmark>.jsonl`, one record per question with its
+    transcript. Gated benchmarks (GPQA) keep only ids, outcome and grade: no question or reply
+    text ever lands in a file that may become an artifact."""
+    files: dict[Path, list[str]] = {}
+    for r in results:
+        record = asdict(r)
+        if r.benchmark in gated:
+            record["prediction"] = ""
+            record["transcript"] = [{"agent": t["agent"], "finish_reason": t["finish_reason"],
+                                     "error": t["error"]} for t in r.transcript]
+        files.setdefault(folder / r.system / f"{r.benchmark}.jsonl", []).append(json.dumps(record))
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    return sorted(files)
+
+
+def read_records(folder: Path) -> list[Result]:
+    """The results `write_records` wrote (for comparisons across runs)."""
+    out = []
+    for path in sorted(Path(folder).glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                out.append(Result(**json.loads(line)))
+    return out
+
+
+def strategic_difference(a: list[dict], b: list[dict]) -> dict:
+    """Strategic suite, model a minus model b: the mean normalized return (0-100) over the
+    cells both played, with a 95% half-width from the cells' own intervals (independent
+    games: half-widths add in quadrature)."""
+    key = lambda r: (r["game"], r["opponent"], r["seat"])  # noqa: E731
+    other = {key(r): r for r in b}
+    pairs = [(r, other[key(r)]) for r in a if key(r) in other]
+    if not pairs:
+        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False}
+    k = len(pairs)
+    diff = sum(x["normalized_return"] - y["normalized_return"] for x, y in pairs) / k
+    half = math.sqrt(sum(x["normalized_ci95"] ** 2 + y["normalized_ci95"] ** 2
+                         for x, y in pairs)) / k
+    return {"n": k, "difference": diff, "ci95": half, "wins": diff - half > 0,
+            "loses": diff + half < 0}
+
+
+def decide(mas: dict | None, strategic: dict | None) -> tuple[bool, str]:
+    """Promote the candidate when there is no champion yet (`mas` None), or when it wins the
+    reasoning suite by more than its confidence interval and does not lose the strategic
+    suite (when one was played) by more than its own."""
+    if mas is None:
+        return True, "no champion yet"
+    if not mas["wins"]:
+        return False, (f"reasoning suite: {mas['difference']:+.1f} ± {mas['ci95']:.1f} points "
+                       "is not a win beyond the 95% interval")
+    if strategic is not None and strategic["loses"]:
+        return False, (f"strategic suite: {strategic['difference']:+.1f} ± "
+                       f"{strategic['ci95']:.1f} is a loss beyond the 95% interval")
+    return True, (f"reasoning suite: {mas['difference']:+.1f} ± {mas['ci95']:.1f} points"
+                  + (f"; strategic {strategic['difference']:+.1f} ± {strategic['ci95']:.1f}"
+                     if strategic else ""))

@@ -1,0 +1,105 @@
+"""Nightly evaluation: is the registry's `candidate` better than its `champion`? Top to bottom:
+
+    look up both aliases of the registered model (nothing to do when they are one version)
+    answer the reasoning suite (systems x benchmarks, `limit` questions each) with both
+    play the strategic suite with both (when a preset is given)
+    compare: paired difference on the same questions, strategic difference, Table 1 layout
+    log the comparison to MLflow (experiment `mars-nightly`)
+    move `champion` to the candidate when it wins by more than the confidence interval
+        (or when there is no champion yet)
+
+`prefect.yaml` deploys it as `nightly-eval` on a cron schedule.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from prefect import flow
+
+from eval.benchmarks import SHIPPED, check_names
+from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
+                      strategic_difference)
+from eval.systems import SYSTEMS, check_systems
+from mars_core.config import load_strategic_config
+from tasks.mas import evaluate_mas, log_mas, write_results
+from tasks.strategic import evaluate_suite, resolve_policy
+from tasks.tracking import RegistryError, alias_version, set_alias
+from tasks.tracking import tracking_uri as local_store
+
+
+@flow(name="mars-nightly-eval", log_prints=True)
+def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str = "candidate",
+                      champion: str = "champion", systems: list[str] | None = None,
+                      benchmarks: list[str] | None = None, limit: int = 20,
+                      max_tokens: int = 1024,
+                      strategic_preset: str | None = "configs/eval/mars_strategic_quick.yaml",
+                      strategic_n: int | None = None, promote: bool = True,
+                      data_dir: str | None = None, gpqa_path: str | None = None,
+                      batch_size: int = 32, seed: int = 0, tracking_uri: str | None = None,
+                      runs_dir: str = "runs", out_dir: str = "runs/nightly") -> dict:
+    """Evaluate `candidate` against `champion` of `registered_model` and promote on a win
+    (see the module docstring). `tracking_uri` defaults to the local store of `runs_dir`."""
+    systems, benchmarks = systems or list(SYSTEMS), benchmarks or list(SHIPPED)
+    check_systems(systems)
+    check_names(benchmarks, gpqa_path)
+    store = tracking_uri or local_store(Path(runs_dir))
+    versions = {"candidate": alias_version(store, registered_model, candidate),
+                "champion": alias_version(store, registered_model, champion)}
+    if versions["candidate"] is None:
+        raise RegistryError(f"{registered_model} has no {candidate!r} alias in {store}")
+    if versions["candidate"] == versions["champion"]:
+        print(f"{candidate} and {champion} are both version {versions['candidate']}: nothing to do")
+        return {"decision": "unchanged", "promoted": False, "versions": versions}
+    labels = [label for label, v in versions.items() if v is not None]
+    folder = Path(out_dir) / f"{registered_model}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    local = {label: resolve_policy(f"models:/{registered_model}/{versions[label]}", store,
+                                   runs_dir) for label in labels}
+    reports = [evaluate_mas(label, local[label], systems, benchmarks, str(folder / "records"),
+                            limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
+                            max_tokens=max_tokens, seed=seed, batch_size=batch_size)
+               for label in labels]
+    for rep in reports:
+        rep["model"] = f"models:/{registered_model}/{versions[rep['label']]}"
+    strategic = {}
+    if strategic_preset:
+        cfg = load_strategic_config(strategic_preset, None, None, strategic_n, seed)
+        strategic = {label: evaluate_suite(cfg, label, local[label])["records"]
+                     for label in labels}
+    mas_diff = strat_diff = None
+    if "champion" in local:
+        mas_diff = paired_difference(read_records(folder / "records" / "candidate"),
+                                     read_records(folder / "records" / "champion"))
+        if strategic:
+            strat_diff = strategic_difference(strategic["candidate"], strategic["champion"])
+    promoted, why = decide(mas_diff, strat_diff)
+    print(f"decision: {'promote' if promoted else 'keep'} ({why})")
+    table = comparison_table({r["label"]: r["rows"] for r in reports},
+                             "champion" if "champion" in local else None)
+    out = folder / "nightly.json"
+    extra = {"versions": versions, "mas_difference": mas_diff,
+             "strategic_difference": strat_diff, "strategic": strategic,
+             "decision": {"promote": promoted, "reason": why}}
+    config = {"registered_model": registered_model, "candidate": candidate,
+              "champion": champion, "systems": ",".join(systems),
+              "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
+              "strategic_preset": strategic_preset or "", "strategic_n": strategic_n,
+              "seed": seed}
+    write_results(out, config, reports, table, json.loads(json.dumps(extra, default=str)))
+    (folder / "table.md").write_text(markdown(table))
+    print("\n" + markdown(table))
+    metrics = {"promoted": float(promoted)}
+    for name, diff in (("mas", mas_diff), ("strategic", strat_diff)):
+        if diff and diff["n"]:
+            metrics |= {f"{name}/difference": diff["difference"], f"{name}/ci95": diff["ci95"]}
+    run_id = log_mas(store, "mars-nightly", f"nightly {registered_model} v{versions['candidate']}"
+                     f" vs {versions['champion'] or 'none'}", config, reports, table,
+                     [out, folder / "table.md"], metrics)
+    if promoted and promote:
+        set_alias(store, registered_model, champion, versions["candidate"],
+                  {"mars.promoted_by": run_id, "mars.promotion_reason": why})
+        print(f"{champion} -> version {versions['candidate']}")
+    return {"decision": "promote" if promoted else "keep", "promoted": promoted and promote,
+            "reason": why, "versions": versions, "out": str(out), "mlflow_run_id": run_id}

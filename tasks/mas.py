@@ -1,0 +1,118 @@
+"""Tasks of the reasoning-benchmark evaluation (multi-agent systems): answer the suite with one
+model, and log one evaluation (its models, the comparison table, transcripts) to MLflow."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from eval.benchmarks import load
+from eval.mas import run_suite, summarize, write_records
+from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine
+from tasks.common import bf16_wanted
+from tasks.tracking import _experiment_id, _metric_key
+
+
+def is_endpoint(spec: str) -> bool:
+    """A model spec naming an OpenAI-compatible server (a vLLM endpoint) rather than weights."""
+    return spec.startswith(("http://", "https://"))
+
+
+def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
+    """`model` is a local model folder or an endpoint URL (`http://host:port`, the server's
+    first model; `http://host:port#NAME` picks model NAME)."""
+    if is_endpoint(model):
+        url, _, name = model.partition("#")
+        return OpenAIChatEngine(url, name or None, max_concurrency=max(batch_size, 1))
+    from mars_core.engines.hf import HFEngine
+
+    return HFChatEngine(HFEngine.from_path(model, batch_size=batch_size,
+                                           autocast_bf16=bf16_wanted(bf16)))
+
+
+@task(name="mas_evaluate", cache_policy=NO_CACHE)
+def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[str],
+                 out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
+                 gpqa_path: str | None = None, max_tokens: int = 8192, seed: int = 0,
+                 batch_size: int = 32, bf16: str = "auto") -> dict:
+    """Every system on every benchmark with one model (loaded once); per-question records and
+    transcripts go to `<out_dir>/<label>/<system>/<benchmark>.jsonl`. Returns the summary
+    rows, the records folder and the cost."""
+    questions = [q for name in benchmarks
+                 for q in load(name, data_dir, limit, gpqa_path)]
+    engine = chat_engine(model, batch_size, bf16)
+    started = time.perf_counter()
+    results = run_suite(engine, systems, questions, ChatParams(max_tokens=max_tokens, seed=seed),
+                        max_batch=max(batch_size * 8, 1), progress=print)
+    seconds = time.perf_counter() - started
+    gated = {q.benchmark for q in questions if q.gated}
+    folder = Path(out_dir) / label
+    write_records(results, folder, gated)
+    rows = summarize(results)
+    for r in rows:
+        print(f"{label}: {r['system']:8s} {r['benchmark']:13s} accuracy {r['accuracy']:5.1f}% "
+              f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={r['n']}, {r['calls']} calls, "
+              f"{r['prompt_tokens'] + r['completion_tokens']} tokens, {r['errors']} errors")
+    return {"label": label, "model": model, "rows": rows, "records": str(folder),
+            "seconds": seconds, "engine": engine.name}
+
+
+def _params(client: MlflowClient, run_id: str, params: dict) -> None:
+    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+
+
+def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: list[dict],
+            table: list[dict], files: list[Path], extra_metrics: dict | None = None) -> str:
+    """One MLflow run for one evaluation: params, the comparison table (MLflow table and
+    Markdown), the results file; a nested run per model with `accuracy/<system>/<benchmark>`,
+    `ci95/...`, `calls/...`, `tokens/...` and its transcripts. Returns the parent run id."""
+    import pandas as pd
+
+    client = MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    parent = client.create_run(exp, run_name=name, tags={"mars.kind": "mas-eval"}).info.run_id
+    _params(client, parent, params)
+    now = int(time.time() * 1000)
+    metrics = [Metric(_metric_key(k), float(v), now, 0) for k, v in (extra_metrics or {}).items()]
+    for row in table:
+        if row.get("avg") is not None:
+            metrics.append(Metric(_metric_key("avg", row["model"], row["system"]),
+                                  float(row["avg"]), now, 0))
+    client.log_batch(parent, metrics=metrics)
+    client.log_table(parent, pd.DataFrame(table), "comparison_table.json")
+    for f in files:
+        client.log_artifact(parent, str(f))
+    for rep in reports:
+        child = client.create_run(exp, run_name=f"{name} / {rep['label']}",
+                                  tags={"mlflow.parentRunId": parent, "mars.kind": "mas-eval",
+                                        "mars.model": rep["model"]}).info.run_id
+        _params(client, child, {"model": rep["model"], "engine": rep["engine"]})
+        cell = []
+        for r in rep["rows"]:
+            for key, value in (("accuracy", r["accuracy"]), ("ci95", r["ci95"]),
+                               ("calls", r["calls"]),
+                               ("tokens", r["prompt_tokens"] + r["completion_tokens"])):
+                cell.append(Metric(_metric_key(key, r["system"], r["benchmark"]), float(value),
+                                   now, 0))
+        cell.append(Metric("seconds", float(rep["seconds"]), now, 0))
+        client.log_batch(child, metrics=cell)
+        client.log_table(child, pd.DataFrame(rep["rows"]), "mas_results.json")
+        client.log_artifacts(child, rep["records"], "transcripts")
+        client.set_terminated(child)
+    client.set_terminated(parent)
+    return parent
+
+
+def write_results(out: Path, config: dict, reports: list[dict], table: list[dict],
+                  extra: dict | None = None) -> None:
+    """The results file: the config, each model's rows and the comparison table."""
+    body = {"config": config,
+            "models": {r["label"]: {k: r[k] for k in ("model", "engine", "seconds", "rows")}
+                       for r in reports},
+            "table": table, **(extra or {})}
+    out.write_text(json.dumps(body, indent=1))

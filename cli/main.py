@@ -9,6 +9,8 @@
     mars eval mas --model SPEC [--baseline SPEC] [--systems single,mad,autogen]
         [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out results.json]
         [--data-dir DIR] [--gpqa-path FILE] [--tracking-uri URI]
+    mars eval harness --model SPEC [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out F]
+        (lm-evaluation-harness, the `eval` extra; same benchmark files and graders)
 
 Running the same `train` command again (same run name) resumes the run where it stopped.
 Everything that can be refused (bad config, unknown game or opponent, an opponent that does
@@ -85,11 +87,20 @@ MODEL_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or an
 def _mas_parser(e) -> None:
     m = e.add_parser("mas", help="reasoning benchmarks inside multi-agent systems (debate, "
                                  "assistant/user proxy, single agent)")
-    m.add_argument("--model", required=True, help=MODEL_HELP)
     m.add_argument("--baseline", default=None,
                    help="a second model for the comparison table (same forms as --model)")
     m.add_argument("--systems", type=_csv, default=["single", "mad", "autogen"],
                    help="comma-separated systems: single, mad, autogen (default: all)")
+    _benchmark_args(m, "mas_results.json", 32, "in-process engine batch (an endpoint gets 8x "
+                                               "this many requests at once)")
+    h = e.add_parser("harness", help="single-agent numbers through lm-evaluation-harness "
+                                     "(the eval extra), on the same benchmark files")
+    _benchmark_args(h, "harness_results.json", 8, "lm-eval batch (an endpoint: concurrent "
+                                                  "requests)")
+
+
+def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
+    m.add_argument("--model", required=True, help=MODEL_HELP)
     m.add_argument("--benchmarks", type=_csv, default=None,
                    help="comma-separated: math500, gsm8k, aqua, aime24, amc23, mmlu_stem, "
                         "gpqa_diamond (default: the six shipped ones)")
@@ -97,15 +108,13 @@ def _mas_parser(e) -> None:
                    help="questions per benchmark, spread evenly over the file (default: all)")
     m.add_argument("--max-tokens", type=int, default=8192, help="tokens per reply (default 8192)")
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--batch-size", type=int, default=32,
-                   help="in-process engine batch (an endpoint gets 8x this many requests at once)")
+    m.add_argument("--batch-size", type=int, default=batch, help=batch_help)
     m.add_argument("--data-dir", default=None,
                    help="benchmark folder (default: $MARS_BENCHMARK_DIR, else ../shared/data/"
                         "benchmarks)")
     m.add_argument("--gpqa-path", default=None,
                    help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
-    m.add_argument("--out", default="mas_results.json", help="results file (default: "
-                                                             "mas_results.json)")
+    m.add_argument("--out", default=out, help=f"results file (default: {out})")
     m.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI to log to (default: $MLFLOW_TRACKING_URI; none: no "
                         "logging)")
@@ -159,7 +168,7 @@ def _check_compare(args) -> None:
 def _check_model_spec(spec: str, flag: str, endpoint_ok: bool = True) -> None:
     from mars_core.config import ConfigError
     from mars_core.models import resolve_model
-    from tasks.mas import is_endpoint
+    from mars_core.engines.chat import is_endpoint
     from tasks.tracking import MODEL_URI
 
     if is_endpoint(spec) and not endpoint_ok:
@@ -183,7 +192,7 @@ def _check_mas(args) -> None:
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
     try:
-        check_systems(args.systems)
+        check_systems(getattr(args, "systems", []))
         check_names(args.benchmarks or list(SHIPPED), args.gpqa_path)
         if any(b != "gpqa_diamond" for b in args.benchmarks or SHIPPED):
             data_dir(args.data_dir)
@@ -192,14 +201,14 @@ def _check_mas(args) -> None:
     if args.gpqa_path and not Path(args.gpqa_path).is_file():
         raise ConfigError(f"--gpqa-path: no such file: {args.gpqa_path}")
     _check_model_spec(args.model, "--model")
-    if args.baseline:
+    if getattr(args, "baseline", None):
         _check_model_spec(args.baseline, "--baseline")
     if not Path(args.out).parent.is_dir():
         raise ConfigError(f"--out folder does not exist: {Path(args.out).parent}")
 
 
 def _check_eval(args) -> None:
-    if args.kind == "mas":
+    if args.kind in ("mas", "harness"):
         return _check_mas(args)
     from mars_core.config import ConfigError, load_strategic_config
     from mars_core.evaluation import check_suite
@@ -246,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mars: done: {len(result['table'])} rows (MLflow run {result['mlflow_run_id']})")
     else:
         logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
-        what = "answers" if args.kind == "mas" else "records"
+        what = "records" if args.kind == "strategic" else "answers"
         print(f"mars: done: {result['records']} {what} in {result['out']}{logged}")
     return 0
 
@@ -263,6 +272,14 @@ def _run(args) -> dict:
         return compare_flow(presets=args.presets, overlays=args.overlays, overrides=args.overrides,
                             eval_preset=args.eval_preset, games=args.games, n=args.n,
                             name=args.name, runs_dir=args.runs_dir, experiment=args.experiment)
+    if args.kind == "harness":
+        from flows.evaluate import harness_eval_flow
+
+        return harness_eval_flow(
+            model=args.model, benchmarks=args.benchmarks, limit=args.limit, out=args.out,
+            data_dir=args.data_dir, gpqa_path=args.gpqa_path, max_tokens=args.max_tokens,
+            seed=args.seed, batch_size=args.batch_size, tracking_uri=args.tracking_uri,
+            experiment=args.experiment, runs_dir=args.runs_dir)
     if args.kind == "mas":
         from flows.evaluate import mas_eval_flow
 

@@ -17,7 +17,8 @@ from eval.mas import comparison_table, markdown
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import load_strategic_config
 from mars_core.evaluation import per_game_normalized, radar_chart
-from tasks.mas import evaluate_mas, is_endpoint, log_mas, write_results
+from mars_core.engines.chat import is_endpoint
+from tasks.mas import evaluate_mas, harness_task, log_harness, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
 
@@ -111,3 +112,28 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
     return {"out": str(out_path), "records": sum(r["n"] for rep in reports for r in rep["rows"]),
             "table": table, "mlflow_run_id": run_id}
+
+
+@flow(name="mars-eval-harness", log_prints=True)
+def harness_eval_flow(model: str = "embedded", benchmarks: list[str] | None = None,
+                      limit: int | None = None, out: str = "harness_results.json",
+                      data_dir: str | None = None, gpqa_path: str | None = None,
+                      max_tokens: int = 8192, seed: int = 0, batch_size: int = 8,
+                      tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
+                      runs_dir: str = "runs") -> dict:
+    """The single-agent numbers through lm-evaluation-harness (the `eval` extra): resolve the
+    model, run our benchmark files as lm-eval tasks graded by our graders, write `out`, log to
+    MLflow when a tracking URI is set."""
+    benchmarks = benchmarks or list(SHIPPED)
+    check_names(benchmarks, gpqa_path)
+    local = model if is_endpoint(model) else resolve_policy(model, tracking_uri, runs_dir)
+    result = harness_task(local, benchmarks, limit=limit, max_tokens=max_tokens,
+                          batch_size=batch_size, data_dir=data_dir, gpqa_path=gpqa_path,
+                          seed=seed)
+    result["model"] = model
+    out_path = Path(out)
+    out_path.write_text(json.dumps(result, indent=1))
+    run_id = log_harness(tracking_uri, experiment, model, result, out_path) if tracking_uri \
+        else None
+    return {"out": str(out_path), "records": sum(r["n"] for r in result["benchmarks"].values()),
+            "benchmarks": result["benchmarks"], "mlflow_run_id": run_id}

@@ -13,14 +13,9 @@ from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load
 from eval.mas import run_suite, summarize, write_records
-from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine
+from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
 from tasks.common import bf16_wanted
 from tasks.tracking import _experiment_id, _metric_key
-
-
-def is_endpoint(spec: str) -> bool:
-    """A model spec naming an OpenAI-compatible server (a vLLM endpoint) rather than weights."""
-    return spec.startswith(("http://", "https://"))
 
 
 def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
@@ -116,3 +111,39 @@ def write_results(out: Path, config: dict, reports: list[dict], table: list[dict
                        for r in reports},
             "table": table, **(extra or {})}
     out.write_text(json.dumps(body, indent=1))
+
+
+@task(name="lm_eval_harness", cache_policy=NO_CACHE)
+def harness_task(model: str, benchmarks: list[str], *, limit: int | None, max_tokens: int,
+                 batch_size: int, data_dir: str | None, gpqa_path: str | None,
+                 seed: int) -> dict:
+    """lm-evaluation-harness on our benchmark files (eval/harness.py), against a local model
+    folder or an endpoint URL."""
+    from eval.harness import run_harness
+
+    url, _, name = model.partition("#")
+    where = ({"base_url": url, "served_model": name or None} if is_endpoint(model)
+             else {"model_dir": model})
+    result = run_harness(benchmarks, limit=limit, max_tokens=max_tokens, batch_size=batch_size,
+                         data_dir=data_dir, gpqa_path=gpqa_path, seed=seed, **where)
+    for bench, r in result["benchmarks"].items():
+        print(f"lm-eval {bench:13s} accuracy {100 * r['accuracy']:5.1f}% ± "
+              f"{100 * 1.96 * r['stderr']:.1f} (n={r['n']})")
+    return result
+
+
+def log_harness(tracking: str, experiment: str, spec: str, result: dict, out: Path) -> str:
+    """One MLflow run: `harness/<benchmark>/accuracy` (%) and `.../stderr`, the results file."""
+    client = MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    run_id = client.create_run(exp, run_name=f"lm-eval {spec}",
+                               tags={"mars.kind": "lm-eval", "mars.model": spec}).info.run_id
+    _params(client, run_id, {"model": spec, **{k: v for k, v in result["config"].items()
+                                               if k not in ("sampling", "tasks")}})
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[
+        Metric(_metric_key("harness", bench, key), 100.0 * float(r[key]), now, 0)
+        for bench, r in result["benchmarks"].items() for key in ("accuracy", "stderr")])
+    client.log_artifact(run_id, str(out))
+    client.set_terminated(run_id)
+    return run_id

@@ -53,6 +53,11 @@ class ChatEngine(Protocol):
         ...
 
 
+def is_endpoint(spec: str) -> bool:
+    """A model spec naming an OpenAI-compatible server (a vLLM endpoint) rather than weights."""
+    return spec.startswith(("http://", "https://"))
+
+
 def _check(conversations: list[list[Message]]) -> None:
     for i, conv in enumerate(conversations):
         if not conv or any(not isinstance(m, dict) or "role" not in m or "content" not in m
@@ -100,7 +105,13 @@ class HFChatEngine:
 class OpenAIChatEngine:
     """Chat over an OpenAI-compatible server (`url` without `/v1`), one request per
     conversation, at most `max_concurrency` in flight. `model` defaults to the server's first
-    model. Each request's seed is `request_seed(params.seed, index)`."""
+    model. Each request's seed is `request_seed(params.seed, index)`.
+
+    `max_model_len` is the context the server lists for the model (vLLM's model card; None
+    when unknown): requests ask for at most that many tokens, because vLLM refuses every
+    request whose max_tokens exceeds it (HTTP 400), while it shortens one that merely runs
+    past the context with its prompt: a reply then stops at the context, as `HFChatEngine`'s
+    does, instead of every call failing."""
 
     def __init__(self, url: str, model: str | None = None, *, api_key: str | None = None,
                  max_concurrency: int = 64, timeout_s: float = 1800):
@@ -108,22 +119,33 @@ class OpenAIChatEngine:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.max_concurrency = max(1, int(max_concurrency))
         self.timeout_s = timeout_s
-        self.model = model or self._first_model()
+        cards = self._model_cards(required=model is None)
+        self.model = model or cards[0]["id"]
+        card = next((c for c in cards if c.get("id") == self.model), {})
+        self.max_model_len = int(card["max_model_len"]) if card.get("max_model_len") else None
         self.name = f"openai:{self.model}"
 
-    def _first_model(self) -> str:
+    def _model_cards(self, required: bool) -> list[dict]:
+        """The server's model list (each a dict with "id"); [] if not `required` and absent."""
         try:
             r = httpx.get(self.url + "/v1/models", headers=self.headers, timeout=30)
             r.raise_for_status()
-            return r.json()["data"][0]["id"]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+            cards = [c for c in r.json()["data"] if isinstance(c, dict) and "id" in c]
+            if not cards:
+                raise ValueError("it lists no model")
+            return cards
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
+            if not required:
+                return []
             raise ConnectionError(f"no model list at {self.url}/v1/models: {e!r}") from None
 
     def request(self, conversation: list[Message], params: ChatParams, index: int) -> dict:
-        """The request body: all four sampling values explicit (top_k is a vLLM extension)."""
+        """The request body: all four sampling values explicit (top_k is a vLLM extension);
+        max_tokens capped at the server's context (see the class docstring)."""
+        max_tokens = min(params.max_tokens, self.max_model_len or params.max_tokens)
         return {"model": self.model, "messages": conversation,
                 "temperature": params.temperature, "top_p": params.top_p,
-                "top_k": params.top_k, "max_tokens": params.max_tokens,
+                "top_k": params.top_k, "max_tokens": max_tokens,
                 "seed": request_seed(params.seed, index) % (1 << 31)}
 
     def chat(self, conversations: list[list[Message]], params: ChatParams) -> list[ChatReply]:

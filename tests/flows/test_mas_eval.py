@@ -1,0 +1,123 @@
+"""`mars eval mas` through Prefect and MLflow: every system on every shipped benchmark with the
+embedded model (a few short replies each), the comparison table against a baseline, transcripts
+as artifacts, and gated GPQA questions kept out of every file."""
+from __future__ import annotations
+
+import csv
+import json
+
+from mlflow import MlflowClient
+
+from cli.main import main
+from eval.benchmarks import SHIPPED
+
+SYSTEM_CALLS = {"single": (1, 1), "mad": (3, 10), "autogen": (1, 5)}
+
+
+def test_every_system_on_every_benchmark_with_the_embedded_model(
+        tmp_path, prefect_api, embedded_dir, tiny_model_dir, capsys, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(embedded_dir.parent))  # "embedded" = that folder
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "mas.json"
+    rc = main(["eval", "mas", "--model", "embedded", "--baseline", str(tiny_model_dir),
+               "--limit", "1", "--max-tokens", "24", "--out", str(out), "--tracking-uri", uri])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err[-3000:]
+    assert "mars: done: 36 answers" in cap.out
+    result = json.loads(out.read_text())
+    assert result["config"]["temperature"] == 0.6 and result["config"]["top_k"] == 20
+    for label in ("model", "baseline"):
+        rows = result["models"][label]["rows"]
+        assert {(r["system"], r["benchmark"]) for r in rows} == {
+            (s, b) for s in SYSTEM_CALLS for b in SHIPPED}
+        for r in rows:
+            lo, hi = SYSTEM_CALLS[r["system"]]
+            assert r["n"] == 1 and lo <= r["calls"] <= hi, r
+            assert r["completion_tokens"] > 0 and r["ci_low"] <= r["accuracy"] <= r["ci_high"]
+            assert sum(r["stops"].values()) == 1
+    table = result["table"]
+    assert [(t["model"], t["system"]) for t in table][:3] == [
+        ("model", "single"), ("baseline", "single"), ("model - baseline", "single")]
+    assert set(SHIPPED) | {"avg"} <= set(table[0])
+    # a transcript per question: who spoke, in order
+    mad = json.loads((tmp_path / "mas_transcripts/model/mad/gsm8k.jsonl").read_text())
+    agents = [t["agent"] for t in mad["transcript"]]
+    assert agents[:3] == ["affirmative", "negative", "moderator"] and mad["calls"] == len(agents)
+    assert "| model - baseline | mad |" in (tmp_path / "mas_table.md").read_text()
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("mars-mas-eval").experiment_id])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = {r.info.run_name.rsplit(" / ", 1)[1]: r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(children) == {"model", "baseline"}
+    assert {"comparison_table.json", "mas.json", "mas_table.md"} <= {
+        a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "avg/model/mad" in parent.data.metrics
+    child = children["model"]
+    assert {f"accuracy/{s}/{b}" for s in SYSTEM_CALLS for b in SHIPPED} <= set(child.data.metrics)
+    assert child.data.metrics["calls/single/gsm8k"] == 1
+    logged = {a.path for a in client.list_artifacts(child.info.run_id, "transcripts/autogen")}
+    assert "transcripts/autogen/aqua.jsonl" in logged
+
+
+def test_gpqa_is_read_from_the_user_path_and_never_written(tmp_path, prefect_api,
+                                                           tiny_model_dir, capsys):
+    secret = "Which made-up particle decays into {}?"
+    gpqa = tmp_path / "private" / "gpqa_diamond.csv"
+    gpqa.parent.mkdir()
+    with open(gpqa, "w", newline="") as f:
+        w = csv.DictWriter(f, ["Record ID", "Question", "Correct Answer", "Incorrect Answer 1",
+                               "Incorrect Answer 2", "Incorrect Answer 3"])
+        w.writeheader()
+        for i in range(2):
+            w.writerow({"Record ID": f"r{i}", "Question": secret.format(i),
+                        "Correct Answer": "quarkonium-x", "Incorrect Answer 1": "a",
+                        "Incorrect Answer 2": "b", "Incorrect Answer 3": "c"})
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rc = main(["eval", "mas", "--model", str(tiny_model_dir), "--systems", "single,mad",
+               "--benchmarks", "gpqa_diamond", "--gpqa-path", str(gpqa), "--max-tokens", "8",
+               "--out", str(out_dir / "gpqa.json"), "--tracking-uri", uri])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    rows = json.loads((out_dir / "gpqa.json").read_text())["models"]["model"]["rows"]
+    assert {(r["system"], r["n"]) for r in rows} == {("single", 2), ("mad", 2)}
+    written = [p for p in [*out_dir.rglob("*"), *tmp_path.glob("mlartifacts/**/*")] if p.is_file()]
+    assert any(p.name == "gpqa_diamond.jsonl" for p in written)
+    for p in written:
+        text = p.read_text(errors="ignore")
+        assert "made-up particle" not in text and "quarkonium" not in text, p
+
+
+def test_bad_flags_are_one_line_errors(tmp_path, prefect_api, capsys):
+    for args, message in [
+        (["--benchmarks", "gsm8k,nope"], "unknown benchmark 'nope'"),
+        (["--systems", "single,chorus"], "unknown system 'chorus'"),
+        (["--benchmarks", "gpqa_diamond"], "gpqa_diamond is gated"),
+        (["--limit", "0"], "--limit must be at least 1"),
+        (["--data-dir", str(tmp_path / "none")], "benchmark folder not found"),
+        (["--baseline", "models:/x"], "--baseline: bad model URI"),
+        (["--out", str(tmp_path / "no" / "x.json")], "--out folder does not exist"),
+    ]:
+        assert main(["eval", "mas", "--model", "embedded", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_lm_eval_harness_through_the_cli(tmp_path, prefect_api, tiny_model_dir, capsys):
+    import pytest
+
+    pytest.importorskip("lm_eval")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "harness.json"
+    rc = main(["eval", "harness", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k,aqua",
+               "--limit", "2", "--max-tokens", "8", "--out", str(out), "--tracking-uri", uri])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err[-3000:]
+    assert "mars: done: 4 answers" in cap.out
+    result = json.loads(out.read_text())
+    assert {b: r["n"] for b, r in result["benchmarks"].items()} == {"gsm8k": 2, "aqua": 2}
+    client = MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("mars-mas-eval").experiment_id])
+    assert {"harness/gsm8k/accuracy", "harness/aqua/stderr"} <= set(run.data.metrics)

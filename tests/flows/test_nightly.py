@@ -1,0 +1,97 @@
+"""The nightly candidate-vs-champion evaluation: registry aliases in, a logged comparison out,
+`champion` moved only on a win (or when there is none yet); and the `nightly-eval`
+deployment registers with its cron schedule on a Prefect server."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+
+from flows.nightly import nightly_eval_flow
+from tasks.tracking import RegistryError
+from tests.conftest import REPO
+
+QUICK = str(REPO / "configs/eval/mars_strategic_quick.yaml")
+
+
+def _register(uri, tmp_path, model_dir, name, aliases: list[list[str]]) -> MlflowClient:
+    """One version of `model_dir` per entry of `aliases`, each given those aliases."""
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment(f"reg-{name}", artifact_location=(tmp_path / "art").as_uri())
+    client.create_registered_model(name)
+    for names in aliases:
+        run = client.create_run(exp)
+        client.log_artifacts(run.info.run_id, str(model_dir), "model")
+        mv = client.create_model_version(name, source=f"{run.info.artifact_uri}/model",
+                                         run_id=run.info.run_id)
+        for alias in names:
+            client.set_registered_model_alias(name, alias, mv.version)
+    return client
+
+
+def _nightly(uri, tmp_path, name, **kw):
+    return nightly_eval_flow(registered_model=name, systems=["single", "autogen"],
+                             benchmarks=["gsm8k", "aqua"], limit=2, max_tokens=8,
+                             tracking_uri=uri, runs_dir=str(tmp_path),
+                             out_dir=str(tmp_path / "nightly"), **kw)
+
+
+def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, tiny_model_dir,
+                                                         monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = _register(uri, tmp_path, tiny_model_dir, "tiny", [["champion"], ["candidate"]])
+    result = _nightly(uri, tmp_path, "tiny", strategic_preset=QUICK, strategic_n=1)
+    assert result["decision"] == "keep" and not result["promoted"]
+    assert result["versions"] == {"candidate": 2, "champion": 1}
+    assert int(client.get_model_version_by_alias("tiny", "champion").version) == 1
+    report = json.loads(open(result["out"]).read())
+    assert report["mas_difference"]["n"] == 8  # 2 systems x 2 benchmarks x 2 questions
+    assert report["strategic_difference"]["n"] > 0  # same weights: no significant difference
+    assert not report["strategic_difference"]["wins"] and report["decision"]["promote"] is False
+    assert {r["model"] for r in report["table"]} >= {"candidate", "champion",
+                                                     "candidate - champion"}
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.data.metrics["promoted"] == 0 and "mas/difference" in run.data.metrics
+    assert "strategic/ci95" in run.data.metrics
+
+
+def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
+        tmp_path, prefect_api, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = _register(uri, tmp_path, tiny_model_dir, "fresh", [["candidate"]])
+    result = _nightly(uri, tmp_path, "fresh", strategic_preset=None)
+    assert result["promoted"] and result["reason"] == "no champion yet"
+    mv = client.get_model_version_by_alias("fresh", "champion")
+    assert int(mv.version) == 1 and mv.tags["mars.promotion_reason"] == "no champion yet"
+    assert _nightly(uri, tmp_path, "fresh", strategic_preset=None)["decision"] == "unchanged"
+    with pytest.raises(RegistryError, match="no registered model 'absent'"):
+        _nightly(uri, tmp_path, "absent", strategic_preset=None)
+    client.delete_registered_model_alias("fresh", "candidate")
+    with pytest.raises(RegistryError, match="has no 'candidate' alias"):
+        _nightly(uri, tmp_path, "fresh", strategic_preset=None)
+
+
+def test_nightly_deployment_registers_with_its_schedule(prefect_api, tmp_path):
+    """`prefect deploy` of prefect.yaml's nightly-eval against a local Prefect server."""
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    prefect = [sys.executable, "-m", "prefect"]
+    subprocess.run([*prefect, "work-pool", "create", "mars-local", "--type", "process"],
+                   cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*prefect, "--no-prompt", "deploy", "--name", "nightly-eval"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    shown = subprocess.run([*prefect, "deployment", "inspect", "mars-nightly-eval/nightly-eval",
+                            "--output", "json"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    deployment = json.loads(shown.stdout)
+    [schedule] = deployment["schedules"]
+    assert schedule["schedule"]["cron"] == "0 2 * * *" and schedule["active"]
+    assert deployment["entrypoint"] == "flows/nightly.py:nightly_eval_flow"
+    assert deployment["parameters"]["registered_model"] == "mars-tic-tac-toe"

@@ -23,7 +23,7 @@ def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
     first model; `http://host:port#NAME` picks model NAME)."""
     if is_endpoint(model):
         url, _, name = model.partition("#")
-        return OpenAIChatEngine(url, name or None, max_concurrency=max(batch_size, 1))
+        return OpenAIChatEngine(url, name or None, max_concurrency=max(batch_size * 8, 1))
     from mars_core.engines.hf import HFEngine
 
     return HFChatEngine(HFEngine.from_path(model, batch_size=batch_size,

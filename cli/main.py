@@ -69,12 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--n", type=int, default=None, help="games per game x opponent x seat")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--out", default="results.json", help="records file (default: results.json)")
-    s.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
-                   help="MLflow tracking URI to log to (default: $MLFLOW_TRACKING_URI; none: no "
-                        "logging)")
-    s.add_argument("--experiment", default="mars-strategic-eval")
-    s.add_argument("--runs-dir", default="runs",
-                   help="local MLflow store for models:/ URIs when no tracking URI is set")
+    _tracking_args(s, "mars-strategic-eval")
     _overrides(s, "play.max_new_tokens=256")
     _mas_parser(e)
     return p
@@ -115,11 +110,15 @@ def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
     m.add_argument("--gpqa-path", default=None,
                    help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
     m.add_argument("--out", default=out, help=f"results file (default: {out})")
-    m.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+    _tracking_args(m, "mars-mas-eval")
+
+
+def _tracking_args(p: argparse.ArgumentParser, experiment: str) -> None:
+    p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI to log to (default: $MLFLOW_TRACKING_URI; none: no "
                         "logging)")
-    m.add_argument("--experiment", default="mars-mas-eval")
-    m.add_argument("--runs-dir", default="runs",
+    p.add_argument("--experiment", default=experiment)
+    p.add_argument("--runs-dir", default="runs",
                    help="local MLflow store for models:/ URIs when no tracking URI is set")
 
 

@@ -24,3 +24,17 @@ def served_model(tmp_path_factory, embedded_dir) -> Path:
     out = tmp_path_factory.mktemp("served") / "model"
     shutil.copytree(embedded_dir, out)
     return out
+
+
+@pytest.fixture(scope="module")
+def server(vllm_python, served_model, tmp_path_factory):
+    """A real vLLM CPU server on the embedded model (fp32, 2048-token context), one per test
+    module: the engine tests change the weights it serves."""
+    from mars_core.engines.vllm_server import VLLMServer, free_port, launch_command
+
+    cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
+                         max_model_len=2048, gpu_memory_utilization=0.1)
+    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
+    srv.start()
+    yield srv
+    srv.stop()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mars_core.checkpoint import save_model
-from mars_core.engines.vllm_server import VLLMEngine, VLLMError, VLLMServer, free_port, launch_command
+from mars_core.engines.vllm_server import VLLMEngine, VLLMError
 from mars_core.models import load_model
 from mars_core.rollout import PromptBuilder, play_episodes
 from mars_core.samplers import plan_episodes
@@ -16,15 +16,6 @@ from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
-
-@pytest.fixture(scope="module")
-def server(vllm_python, served_model, tmp_path_factory):
-    cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
-                         max_model_len=2048, gpu_memory_utilization=0.1)
-    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,19 +8,9 @@ import pytest
 pytest.importorskip("lm_eval")
 
 from eval.harness import run_harness  # noqa: E402
-from mars_core.engines.vllm_server import VLLMServer, free_port, launch_command  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-
-@pytest.fixture(scope="module")
-def server(vllm_python, served_model, tmp_path_factory):
-    cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
-                         max_model_len=2048, gpu_memory_utilization=0.1)
-    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 def test_harness_runs_against_the_server(server):

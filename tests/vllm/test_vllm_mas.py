@@ -12,21 +12,11 @@ from cli.main import main
 from eval.benchmarks import load
 from eval.systems import run_system
 from mars_core.engines.chat import ChatParams, OpenAIChatEngine
-from mars_core.engines.vllm_server import VLLMServer, free_port, launch_command
 
 pytestmark = pytest.mark.vllm
 
 MAX_MODEL_LEN = 2048
 
-
-@pytest.fixture(scope="module")
-def server(vllm_python, served_model, tmp_path_factory):
-    cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
-                         max_model_len=MAX_MODEL_LEN, gpu_memory_utilization=0.1)
-    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm-mas") / "server.log")
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

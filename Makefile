@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-vllm vllm-env smoke eval-quick bench bench-gpu prefect-ui mlflow-ui clean
+.PHONY: setup demo test test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu prefect-ui mlflow-ui clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,15 @@ eval-quick: setup
 	mkdir -p runs
 	$(VENV)/bin/mars eval strategic --policy '$(or $(POLICY),embedded)' \
 	    --preset configs/eval/mars_strategic_quick.yaml --out runs/strategic_quick.json \
+	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
+
+# The three multi-agent systems on the six shipped benchmarks, a few questions each (MODEL=...,
+# BASELINE=... for the comparison table; LIMIT, MAX_TOKENS), logged like eval-quick.
+eval-mas: setup
+	mkdir -p runs
+	$(VENV)/bin/mars eval mas --model '$(or $(MODEL),embedded)' \
+	    $(if $(BASELINE),--baseline '$(BASELINE)') --limit $(or $(LIMIT),2) \
+	    --max-tokens $(or $(MAX_TOKENS),128) --out runs/mas_quick.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
 
 test: setup

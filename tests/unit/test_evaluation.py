@@ -74,9 +74,13 @@ def test_prefect_yaml_deployments_point_at_the_flows():
 
             for preset in params.get("presets") or ABLATIONS:
                 load_config(REPO / preset, overlays=[REPO / o for o in params["overlays"]])
-        else:
+        elif flow.name == "mars-nightly-eval":
+            load_strategic_config(REPO / params["strategic_preset"])
+            assert dep["schedules"][0]["cron"] == "0 2 * * *"
+        elif flow.name == "mars-eval-strategic":
             load_strategic_config(REPO / params["preset"])
-    assert names == {"mars-train", "mars-eval-strategic", "mars-compare"}
+    assert names == {"mars-train", "mars-eval-strategic", "mars-compare", "mars-eval-mas",
+                     "mars-nightly-eval"}
 
 
 def test_mars_preset_is_the_papers_suite():

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generator
 
 from eval.benchmarks import Question, answer_format, task_prompt
-from eval.graders import extracted_answer, strip_reasoning
+from eval.graders import extracted_answer, is_correct, strip_reasoning
 from eval.verdict import parse_verdict
 from mars_core.engines.chat import ChatEngine, ChatParams, Message
 
@@ -234,8 +234,6 @@ def _record(result: Result, call: Call, reply) -> None:
 
 
 def _finish(result: Result, outcome: Outcome) -> None:
-    from eval.graders import is_correct
-
     result.prediction, result.stop, result.rounds = outcome.prediction, outcome.stop, \
         outcome.rounds
     result.correct = bool(outcome.prediction) and is_correct(result.benchmark, outcome.prediction,

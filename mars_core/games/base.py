@@ -86,6 +86,8 @@ class GameAdapter(ABC):
     draw_bonus: bool = False  # whether a drawn game earns rewards.draw (board games only)
     cooperative: bool = False  # every seat shares one score (Hanabi): the partner is a policy
     perfect_information: bool = True  # False where seats hold hidden cards (poker, Hanabi)
+    fixed_teams: tuple[str, ...] | None = None  # each seat's team where teams are fixed (Codenames)
+    move_limit: int | None = None  # moves after which the game is scored as it stands
 
     @abstractmethod
     def new_state(self, seed: int) -> Any:

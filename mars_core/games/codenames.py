@@ -113,6 +113,8 @@ def __getattr__(name: str):
 class Codenames(TextArenaGame):
     name = "codenames"
     num_players = 4
+    fixed_teams = TEAMS
+    move_limit = 80
     title = "Codenames"
     env_class = ENV_PATH
     env_kwargs = {"hardcore": False}

@@ -57,6 +57,7 @@ def test_self_play_cell_reports_every_seat_from_one_set_of_games():
 def test_prefect_yaml_deployments_point_at_the_flows():
     from prefect.flows import load_flow_from_entrypoint
 
+    from mars_core.arena.config import load_arena_config
     from mars_core.config import load_config, load_strategic_config
 
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
@@ -77,10 +78,13 @@ def test_prefect_yaml_deployments_point_at_the_flows():
         elif flow.name == "mars-nightly-eval":
             load_strategic_config(REPO / params["strategic_preset"])
             assert dep["schedules"][0]["cron"] == "0 2 * * *"
+            load_arena_config(str(REPO / params["arena_preset"]))
         elif flow.name == "mars-eval-strategic":
             load_strategic_config(REPO / params["preset"])
+        elif flow.name == "mars-arena":
+            load_arena_config(str(REPO / params["preset"]))
     assert names == {"mars-train", "mars-eval-strategic", "mars-compare", "mars-eval-mas",
-                     "mars-nightly-eval"}
+                     "mars-nightly-eval", "mars-arena"}
 
 
 def test_mars_preset_is_the_papers_suite():

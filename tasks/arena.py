@@ -1,0 +1,151 @@
+"""Tasks of the arena: resolve the agents to local models, play the schedule (every model
+loaded once, each game's matches at once with model turns batched per agent), write the
+results beside `--out`, log them to MLflow."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mars_core.arena.schedule import Match
+from mars_core.games.bots import is_bot
+from mars_core.models import default_cache_dir, resolve_model
+from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
+from mars_core.types import Episode, episodes_frame, turns_frame
+from tasks.common import bf16_wanted
+from tasks.paths import checkpoint_dir, iter_dir, stage_dir
+from tasks.tracking import _experiment_id, _metric_key, download_registered
+from tasks.tracking import tracking_uri as local_store
+
+
+def run_checkpoints(run_dir: str) -> list[tuple[str, str, int]]:
+    """(label, model folder, training iteration) of a run's checkpoints that still have
+    weights: the start policy (the format warm-up, iteration 0) and every `iter_k` checkpoint
+    (iteration k+1). Labels are `<run>/start` and `<run>/iter_k`."""
+    run = Path(run_dir)
+    if not (run / "config.yaml").is_file():
+        raise ValueError(f"--run {run_dir}: not a training run directory (no config.yaml)")
+    out = []
+    start = stage_dir(run, "init", "prepare_policy") / "model"
+    if any(start.glob("*.safetensors")):
+        out.append((f"{run.name}/start", str(start), 0))
+    k = 0
+    while iter_dir(run, k).is_dir():
+        folder = checkpoint_dir(run, k)
+        if any(folder.glob("*.safetensors")):
+            out.append((f"{run.name}/iter_{k:04d}", str(folder), k + 1))
+        k += 1
+    if not out:
+        raise ValueError(f"--run {run_dir}: no checkpoint with weights (checkpoint.keep_last "
+                         "may have removed them)")
+    return out
+
+
+@task(name="resolve_agents", cache_policy=NO_CACHE)
+def resolve_agents(agents: dict[str, str], tracking: str | None, runs_dir: str) -> dict:
+    """label -> local model folder (None for a bot)."""
+    out: dict[str, str | None] = {}
+    for label, spec in agents.items():
+        if is_bot(spec):
+            out[label] = None
+        elif spec.startswith("models:/"):
+            store = tracking or local_store(Path(runs_dir))
+            out[label] = str(download_registered(spec, store, default_cache_dir()))
+        else:
+            out[label] = str(resolve_model(spec))
+    return out
+
+
+def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | None]:
+    """One engine per distinct model folder (labels sharing a folder share it) and the prompt
+    builder; every model must use the same tokenizer (one prompt per turn is built)."""
+    from mars_core.engines.hf import HFEngine
+
+    by_path: dict[str, HFEngine] = {}
+    engines, first = {}, None
+    for label, path in models.items():
+        if path is None:
+            continue
+        if path not in by_path:
+            by_path[path] = HFEngine.from_path(path, batch_size=cfg.play.engine_batch_size,
+                                               autocast_bf16=bf16_wanted(cfg.bf16))
+        engines[label] = by_path[path]
+        if first is None:
+            first = (label, by_path[path].tokenizer)
+        elif by_path[path].tokenizer.get_vocab() != first[1].get_vocab():
+            raise ValueError(f"agents {first[0]!r} and {label!r} use different tokenizers; "
+                             "the arena builds one prompt per turn for every model")
+    if first is None:
+        return {}, None
+    return engines, PromptBuilder(first[1], cfg.play.prefill, cfg.play.keep_history,
+                                  cfg.max_context_tokens)
+
+
+@task(name="play_arena", cache_policy=NO_CACHE)
+def play_arena(matches: list[Match], models: dict[str, str | None], cfg,
+               prefix: str = "") -> list[Episode]:
+    """Play every match; one game's matches at a time (mixing long and short prompts in one
+    batch slows CPU sampling), each model's turns batched. Episode ids are `prefix` + match id."""
+    engines, prompts = _engines(models, cfg)
+    stats, episodes = RolloutStats(), {}
+    for game in dict.fromkeys(m.game for m in matches):
+        mine = [m for m in matches if m.game == game]
+        specs = [EpisodeSpec(prefix + m.match_id, m.game, m.seed, m.agents) for m in mine]
+        start = time.perf_counter()
+        got = play_episodes(specs, engines or None, prompts, cfg.play.sampling(cfg.seed),
+                            progress=False, stats=stats,
+                            per_game=cfg.play.per_game_sampling(cfg.seed))
+        print(f"{game}: {len(got)} games in {time.perf_counter() - start:.0f} s")
+        episodes.update({m.match_id: ep for m, ep in zip(mine, got)})
+    return [episodes[m.match_id] for m in matches]
+
+
+def with_verdicts(episodes: list[Episode], records: list[dict]) -> list[Episode]:
+    """The episodes with each game's arena verdict (per-seat agent, result, cause) added to
+    their info, so a replay page can show why the game was won or lost."""
+    out = []
+    for ep, r in zip(episodes, records):
+        info = json.loads(ep.info) if ep.info else {}
+        info["arena"] = {k: r[k] for k in ("agents", "teams", "result", "cause", "decided_by")}
+        out.append(replace(ep, info=json.dumps(info, sort_keys=True)))
+    return out
+
+
+def write_episodes(episodes: list[Episode], folder: Path) -> Path:
+    """episodes.parquet + turns.parquet (the layout `mars replay` reads)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    episodes_frame(episodes).write_parquet(folder / "episodes.parquet")
+    turns_frame(episodes).write_parquet(folder / "turns.parquet")
+    return folder
+
+
+def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],
+              files: list[Path], folders: dict[str, Path], tags: dict | None = None) -> str:
+    """One MLflow run: params, `rating|clean_rating|win_rate|error_rate/<agent>` metrics, the
+    leaderboard as an MLflow table, the files and folders (the episodes, replay pages) as
+    artifacts. Returns its id."""
+    import pandas as pd
+
+    client = MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    run_id = client.create_run(exp, run_name=name,
+                               tags={"mars.kind": "arena", **(tags or {})}).info.run_id
+    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[
+        Metric(_metric_key(key, r["agent"]), float(r[key]), now, 0)
+        for r in rows for key in ("rating", "mu", "sigma", "clean_rating", "win_rate",
+                                  "error_rate", "timeout_rate")])
+    client.log_table(run_id, pd.DataFrame(rows), "leaderboard.json")
+    for f in files:
+        client.log_artifact(run_id, str(f))
+    for path, folder in folders.items():
+        client.log_artifacts(run_id, str(folder), path)
+    client.set_terminated(run_id)
+    return run_id

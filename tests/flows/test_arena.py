@@ -1,0 +1,125 @@
+"""`mars arena` end to end: an open arena of a model, a training run's checkpoints and bots on
+an OpenSpiel and a TextArena game (leaderboard, plot, episodes, MLflow, a saved pool), the
+frozen pool scoring two newcomers on the same games without moving, and bad flags."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from cli.main import main
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory, tiny_model_dir):
+    """A run directory with the layout `mars train` leaves: a start policy and two
+    checkpoints (the tiny model's weights) and one whose weights were pruned."""
+    run = tmp_path_factory.mktemp("runs") / "tiny-run"
+    (run / "init/prepare_policy").mkdir(parents=True)
+    (run / "config.yaml").write_text("run: {iterations: 3}\n")
+    shutil.copytree(tiny_model_dir, run / "init/prepare_policy/model")
+    for k in (0, 2):
+        shutil.copytree(tiny_model_dir, run / f"iter_{k:04d}/save_checkpoint")
+    (run / "iter_0001/save_checkpoint").mkdir(parents=True)  # keep_last removed its weights
+    return run
+
+
+def _arena(*argv) -> int:
+    return main(["arena", *argv, "--set", "play.max_new_tokens=8"])
+
+
+def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fake_run,
+                                                      tiny_model_dir, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out, pool = tmp_path / "arena.json", tmp_path / "pool.yaml"
+    assert _arena("--agents", f"tiny={tiny_model_dir},bot:random,bot:mcts-5,bot:blotto-focus",
+                  "--run", str(fake_run), "--games", "tic_tac_toe,colonel_blotto", "--n", "1",
+                  "--out", str(out), "--save-pool", str(pool), "--tracking-uri", uri) == 0
+    assert "games, leaderboard in" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    board = {r["agent"]: r for r in result["leaderboard"]}
+    ckpts = ["tiny-run/start", "tiny-run/iter_0000", "tiny-run/iter_0002"]
+    assert set(board) == {"tiny", "bot:random", "bot:mcts-5", "bot:blotto-focus", *ckpts}
+    assert result["checkpoints"] == [[c, i] for c, i in zip(ckpts, (0, 1, 3))]
+    # tic_tac_toe: 6 agents fit (not blotto-focus); colonel_blotto: 6 fit (not MCTS)
+    assert board["tiny"]["games"] == 5 * 2 + 5 * 2 and board["bot:mcts-5"]["games"] == 5 * 2
+    assert len(result["records"]) == 2 * (15 * 2)
+    assert set(result["per_game"]) == {"tic_tac_toe", "colonel_blotto"}
+    for rec in result["records"]:
+        assert rec["decided_by"] in ("play", "rule_error", "length", "move_limit")
+        assert len(rec["cause"]) == len(rec["agents"]) == 2
+    ratings = [r["rating"] for r in result["leaderboard"]]
+    assert ratings == sorted(ratings, reverse=True)
+    # a random tiny model breaks the rules: its games are error-decided, and it shows
+    assert board["tiny"]["error_rate"] + board["tiny"]["timeout_rate"] > 0.5
+    assert board["bot:random"]["wins_by_opponent_error"] > 0
+    assert board["bot:random"]["clean_games"] < board["bot:random"]["games"]
+    assert (tmp_path / "arena_ratings.png").stat().st_size > 10_000
+    assert "| 1 |" in (tmp_path / "arena_leaderboard.md").read_text()
+    assert (tmp_path / "arena_episodes/turns.parquet").is_file()
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(result and _single_run(client, "mars-arena"))
+    assert run.data.metrics["rating/tiny"] == pytest.approx(board["tiny"]["rating"])
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"arena.json", "arena_ratings.png", "leaderboard.json", "episodes"} <= arts
+    frozen = yaml.safe_load(pool.read_text())
+    assert {r["agent"].split("=")[0] for r in frozen["references"]} == set(board)
+
+
+def _single_run(client, experiment):
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    return runs[0].info.run_id
+
+
+def test_frozen_pool_scores_newcomers_on_the_same_games_and_never_moves(tmp_path, prefect_api,
+                                                                       tiny_model_dir):
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(yaml.safe_dump({
+        "name": "mini-ref", "games": ["tic_tac_toe", "colonel_blotto"], "n": 2, "seed": 11,
+        "references": [{"agent": "bot:mcts-20", "mu": 29.0, "sigma": 1.5},
+                       {"agent": "bot:mcts-5", "mu": 27.0, "sigma": 2.0},
+                       {"agent": "bot:blotto-focus", "mu": 24.0, "sigma": 1.0}],
+        "play": {"max_new_tokens": 8, "keep_history": False}}))
+    runs = []
+    for i, newcomers in enumerate(("bot:random", f"tiny={tiny_model_dir}")):
+        out = tmp_path / f"score{i}.json"
+        assert main(["arena", "--reference", str(pool), "--agents", newcomers,
+                     "--out", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    first, second = runs
+    assert first["mode"] == "pool" and first["pool"] == "mini-ref"
+    assert first["schedule"]["fingerprint"] == second["schedule"]["fingerprint"]
+    games = lambda res: [(r["match_id"], r["seed"], r["game"]) for r in res["records"]]
+    assert games(first) == games(second)  # exactly the same games for both newcomers
+    for res, label in ((first, "bot:random"), (second, "tiny")):
+        board = {r["agent"]: r for r in res["leaderboard"]}
+        assert (board["bot:mcts-20"]["mu"], board["bot:mcts-20"]["sigma"]) == (29.0, 1.5)
+        assert (board["bot:mcts-5"]["mu"], board["bot:mcts-5"]["sigma"]) == (27.0, 2.0)
+        assert board["bot:blotto-focus"]["frozen"] and not board[label]["frozen"]
+        assert board[label]["sigma"] < 25 / 3  # only the newcomer's rating moved
+        # tic_tac_toe: 2 references x 2 seats x n=2; colonel_blotto: 1 x 2 x 2
+        assert board[label]["games"] == 8 + 4
+        assert all(label in r["agents"] for r in res["records"])
+    assert main(["arena", "--reference", str(pool), "--agents", "bot:always-defect"]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--agents", "embedded,bot:random", "--games", "chess"], "unknown game 'chess'"),
+    (["--agents", "embedded,bot:random", "--games", "mini_hanabi"], "cooperative"),
+    (["--agents", "bot:random,bot:wizard"], "unknown bot 'bot:wizard'"),
+    (["--agents", "embedded"], "at least two agents"),
+    (["--agents", "x=/no/such/model,bot:random"], "/no/such/model"),
+    (["--agents", "embedded,bot:random", "--n", "0"], "--n must be at least 1"),
+    (["--reference", "/no/pool.yaml", "--agents", "embedded"], "no such file"),
+    (["--agents", "embedded,bot:random", "--run", "/no/run"], "not a training run directory"),
+    (["--agents", "embedded,bot:random", "--out", "/no/dir/a.json"], "--out folder does not"),
+])
+def test_bad_flags_are_one_line_errors(argv, message, capsys):
+    assert main(["arena", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mars: error:") and message in err and "\n" not in err

@@ -27,6 +27,8 @@ def add_parser(sub, csv, tracking_args, overrides) -> None:
     a.add_argument("--save-pool", default=None,
                    help="write the rated agents as a frozen pool YAML (open arena only)")
     a.add_argument("--out", default="arena.json", help="results file (default: arena.json)")
+    a.add_argument("--replays", type=int, default=4,
+                   help="games written as replay pages beside --out (default 4; 0: none)")
     tracking_args(a, "mars-arena")
     overrides(a, "play.max_new_tokens=128")
 
@@ -39,6 +41,8 @@ def check(args) -> None:
     for flag, value in (("--n", args.n), ("--matches", args.matches)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if args.replays < 0:
+        raise ConfigError(f"--replays must be 0 or more, got {args.replays}")
     if args.reference and not Path(args.reference).is_file():
         raise ConfigError(f"--reference: no such file: {args.reference}")
     if args.reference and args.save_pool:
@@ -66,4 +70,4 @@ def run(args) -> dict:
                       schedule=args.schedule, n=args.n, matches=args.matches, seed=args.seed,
                       reference=args.reference, save_pool=args.save_pool, out=args.out,
                       overrides=args.overrides, tracking_uri=args.tracking_uri,
-                      experiment=args.experiment, runs_dir=args.runs_dir)
+                      experiment=args.experiment, runs_dir=args.runs_dir, replays=args.replays)

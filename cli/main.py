@@ -11,6 +11,12 @@
         [--data-dir DIR] [--gpqa-path FILE] [--tracking-uri URI]
     mars eval harness --model SPEC [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out F]
         (lm-evaluation-harness, the `eval` extra; same benchmark files and graders)
+    mars arena [--preset configs/arena/...yaml] [--agents A,LABEL=SPEC,...] [--run RUN_DIR]
+        [--games G1,G2] [--schedule round_robin|sampled] [--n N] [--matches M] [--seed S]
+        [--reference POOL.yaml] [--save-pool POOL.yaml] [--out arena.json] [--tracking-uri URI]
+        (TrueSkill leaderboard; --reference scores newcomers against a frozen pool)
+    mars replay RUN [--episode ID] [--iteration K] [--out FILE] [--tracking-uri URI]
+        (one episode as an HTML page; RUN: a run/iteration/episodes folder or runs:/ID/PATH)
 
 Running the same `train` command again (same run name) resumes the run where it stopped.
 Everything that can be refused (bad config, unknown game or opponent, an opponent that does
@@ -22,6 +28,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from cli import arena, replay
 
 QUIET_ENV = {
     "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
@@ -72,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     _tracking_args(s, "mars-strategic-eval")
     _overrides(s, "play.max_new_tokens=256")
     _mas_parser(e)
+    replay.add_parser(sub)
+    arena.add_parser(sub, _csv, _tracking_args, _overrides)
     return p
 
 
@@ -239,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
 
     errors = (ConfigError, ModelError, RunDirError, RegistryError)
     try:
-        {"train": _check_train, "compare": _check_compare, "eval": _check_eval}[args.command](args)
+        {"train": _check_train, "compare": _check_compare, "eval": _check_eval,
+         "replay": replay.check, "arena": arena.check}[args.command](args)
         result = _run(args)
     except KeyboardInterrupt:
-        hint = "; run the same command again to resume" if args.command != "eval" else ""
+        resumable = args.command in ("train", "compare")
+        hint = "; run the same command again to resume" if resumable else ""
         print(f"mars: interrupted{hint}", file=sys.stderr)
         return 130
     except errors as e:
@@ -250,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "train":
         print(f"mars: done: {result['run_dir']} (MLflow run {result['mlflow_run_id']})")
+    elif args.command == "replay":
+        print(f"mars: {result['note']}\nmars: done: {result['out']}")
+    elif args.command == "arena":
+        logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
+        print(f"mars: done: {result['records']} games, leaderboard in {result['out']}{logged}")
     elif args.command == "compare":
         print(f"mars: done: {len(result['table'])} rows (MLflow run {result['mlflow_run_id']})")
     else:
@@ -260,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> dict:
+    if args.command == "replay":
+        return replay.run(args)
+    if args.command == "arena":
+        return arena.run(args)
     if args.command == "train":
         from flows.train import train_flow
 

@@ -7,7 +7,8 @@
     resolve the agents to local models, play every match (model turns batched per agent)
     attribute every game (strategy / own rule error / opponent's rule error / timeout)
     rate: TrueSkill over all games and over the games no error decided
-    write <out>.json, <out>_leaderboard.md, <out>_ratings.png, <out>_episodes/ (replayable)
+    write <out>.json, <out>_leaderboard.md, <out>_ratings.png, <out>_episodes/ (every game,
+        for `mars replay`) and <out>_replays/ (a few games as replay pages)
     log them to MLflow (experiment `mars-arena`) when a tracking URI is set
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mars_core.arena.leaderboard import causes, game_record, leaderboard, markdo
 from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
+from mars_core.replay import write_replays
 from tasks.arena import (log_arena, play_arena, resolve_agents, run_checkpoints,
                          with_verdicts, write_episodes)
 
@@ -73,7 +75,8 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
                seed: int | None = None, reference: str | None = None,
                save_pool: str | None = None, out: str = "arena.json",
                overrides: list[str] | None = None, tracking_uri: str | None = None,
-               experiment: str = "mars-arena", runs_dir: str = "runs") -> dict:
+               experiment: str = "mars-arena", runs_dir: str = "runs",
+               replays: int = 4) -> dict:
     """Rate agents against each other (or newcomers against a frozen pool); see the module
     docstring. Returns the leaderboard and where everything was written."""
     p = plan(preset, agents, run, games, schedule, n, matches, seed, reference, overrides)
@@ -92,7 +95,10 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
     out_path.parent.mkdir(parents=True, exist_ok=True)
     stem = out_path.with_suffix("")
     files = {"md": Path(f"{stem}_leaderboard.md"), "png": Path(f"{stem}_ratings.png")}
-    episodes_dir = write_episodes(with_verdicts(episodes, records), Path(f"{stem}_episodes"))
+    episodes = with_verdicts(episodes, records)
+    episodes_dir = write_episodes(episodes, Path(f"{stem}_episodes"))
+    replays_dir = Path(f"{stem}_replays")
+    pages = write_replays(episodes, replays_dir, limit=replays) if replays else []
     result = {"mode": p["mode"], "agents": p["agents"], "games": list(cfg.games),
               "schedule": {"kind": getattr(cfg, "schedule", "pool"), "n": cfg.n,
                            "seed": cfg.seed, "matches": len(records),
@@ -118,7 +124,9 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
                 "preset": preset or "", "run": run or ""}
         run_id = log_arena(tracking_uri, experiment, f"arena {p['mode']} "
                            f"{','.join(list(p['agents'])[:4])}", flat, rows,
-                           [out_path, files["md"], files["png"]], {"episodes": episodes_dir})
+                           [out_path, files["md"], files["png"]],
+                           {"episodes": episodes_dir, **({"replays": replays_dir} if pages else {})})
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
     return {"out": str(out_path), "records": len(records), "leaderboard": rows,
+            "replays": [str(p) for p in pages],
             "fingerprint": p["fingerprint"], "mlflow_run_id": run_id}

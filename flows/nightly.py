@@ -3,6 +3,8 @@
     look up both aliases of the registered model (nothing to do when they are one version)
     answer the reasoning suite (systems x benchmarks, `limit` questions each) with both
     play the strategic suite with both (when a preset is given)
+    an arena round: candidate, champion, the base model and the preset's bots (TrueSkill
+        leaderboard, logged as its own run in `mars-nightly` and beside the comparison)
     compare: paired difference on the same questions, strategic difference, Table 1 layout
     log the comparison to MLflow (experiment `mars-nightly`)
     move `champion` to the candidate when it wins by more than the confidence interval
@@ -23,9 +25,11 @@ from eval.mas import (comparison_table, decide, markdown, paired_difference, rea
                       strategic_difference)
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import load_strategic_config
+from flows.arena import arena_flow
+from mars_core.arena.config import load_arena_config
 from tasks.mas import evaluate_mas, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
-from tasks.tracking import RegistryError, alias_version, set_alias
+from tasks.tracking import RegistryError, _metric_key, alias_version, set_alias
 from tasks.tracking import tracking_uri as local_store
 
 
@@ -35,7 +39,9 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
                       benchmarks: list[str] | None = None, limit: int = 20,
                       max_tokens: int = 1024,
                       strategic_preset: str | None = "configs/eval/mars_strategic_quick.yaml",
-                      strategic_n: int | None = None, promote: bool = True,
+                      strategic_n: int | None = None,
+                      arena_preset: str | None = "configs/arena/nightly.yaml",
+                      base_model: str | None = "embedded", promote: bool = True,
                       data_dir: str | None = None, gpqa_path: str | None = None,
                       batch_size: int = 32, seed: int = 0, tracking_uri: str | None = None,
                       runs_dir: str = "runs", out_dir: str = "runs/nightly") -> dict:
@@ -68,6 +74,7 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
         cfg = load_strategic_config(strategic_preset, None, None, strategic_n, seed)
         strategic = {label: evaluate_suite(cfg, label, local[label])["records"]
                      for label in labels}
+    arena = _arena_round(arena_preset, local, base_model, folder, store, runs_dir)
     mas_diff = strat_diff = None
     if "champion" in local:
         mas_diff = paired_difference(read_records(folder / "records" / "candidate"),
@@ -81,25 +88,50 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
     out = folder / "nightly.json"
     extra = {"versions": versions, "mas_difference": mas_diff,
              "strategic_difference": strat_diff, "strategic": strategic,
+             "arena": arena and {"leaderboard": arena["leaderboard"],
+                                 "mlflow_run_id": arena["mlflow_run_id"]},
              "decision": {"promote": promoted, "reason": why}}
     config = {"registered_model": registered_model, "candidate": candidate,
               "champion": champion, "systems": ",".join(systems),
               "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
               "strategic_preset": strategic_preset or "", "strategic_n": strategic_n,
-              "seed": seed}
+              "arena_preset": arena_preset or "", "base_model": base_model or "", "seed": seed}
     write_results(out, config, reports, table, json.loads(json.dumps(extra, default=str)))
     (folder / "table.md").write_text(markdown(table))
     print("\n" + markdown(table))
     metrics = {"promoted": float(promoted)}
+    files = [out, folder / "table.md"]
+    if arena:
+        metrics |= {_metric_key("arena/rating", r["agent"]): r["rating"]
+                    for r in arena["leaderboard"]}
+        files += [folder / "arena_leaderboard.md", folder / "arena_ratings.png"]
     for name, diff in (("mas", mas_diff), ("strategic", strat_diff)):
         if diff and diff["n"]:
             metrics |= {f"{name}/difference": diff["difference"], f"{name}/ci95": diff["ci95"]}
     run_id = log_mas(store, "mars-nightly", f"nightly {registered_model} v{versions['candidate']}"
                      f" vs {versions['champion'] or 'none'}", config, reports, table,
-                     [out, folder / "table.md"], metrics)
+                     files, metrics)
     if promoted and promote:
         set_alias(store, registered_model, champion, versions["candidate"],
                   {"mars.promoted_by": run_id, "mars.promotion_reason": why})
         print(f"{champion} -> version {versions['candidate']}")
     return {"decision": "promote" if promoted else "keep", "promoted": promoted and promote,
             "reason": why, "versions": versions, "out": str(out), "mlflow_run_id": run_id}
+
+
+def _arena_round(preset: str | None, local: dict[str, str], base_model: str | None,
+                 folder: Path, store: str, runs_dir: str) -> dict | None:
+    """Candidate, champion (when there is one) and the base model join the preset's agents
+    (bots) in one arena; its leaderboard is logged as a run of `mars-nightly`."""
+    if not preset:
+        return None
+    agents = list(load_arena_config(preset).agents)
+    agents += [f"{label}={path}" for label, path in local.items()]
+    if base_model:
+        agents.append(f"base={base_model}")
+    result = arena_flow(preset=preset, agents=agents, out=str(folder / "arena.json"),
+                        tracking_uri=store, experiment="mars-nightly", runs_dir=runs_dir)
+    top = result["leaderboard"][0]
+    print(f"arena: {top['agent']} leads ({top['rating']:.2f}); "
+          + ", ".join(f"{r['agent']} {r['rating']:.2f}" for r in result["leaderboard"][1:]))
+    return result

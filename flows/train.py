@@ -3,7 +3,7 @@
     prepare_policy (base model, format warm-up) -> evaluate the start policy
     for each iteration k:
         generate_rollouts -> build_players -> filter_steps -> assign_rewards
-        -> bank_episodes -> build_batch -> compute_advantages
+        -> bank_episodes -> build_batch -> compute_advantages -> replays (HTML pages)
         -> train_step -> save_checkpoint -> (every k) evaluate
     register the final checkpoint (alias `candidate`)
 
@@ -22,6 +22,7 @@ from tasks.common import initial_policy, shutdown_engines
 from tasks.evaluate import evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
+from tasks.replay import write_iteration_replays
 from tasks.rollout import generate_rollouts
 from tasks.tracking import ensure_run, set_terminated
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
@@ -71,7 +72,8 @@ def _iterations(run_dir: str, cfg) -> dict:
     for k in range(n):
         last = {}
         for stage in (generate_rollouts, build_players, filter_steps, assign_rewards,
-                      bank_episodes, build_batch, compute_advantages, train_step, save_checkpoint):
+                      bank_episodes, build_batch, compute_advantages, write_iteration_replays,
+                      train_step, save_checkpoint):
             last.update(stage(run_dir, k))
         if every and ((k + 1) % every == 0 or k + 1 == n):
             last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))

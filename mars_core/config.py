@@ -244,6 +244,7 @@ class TrackingConfig(_Section):
     registered_model: str = "mars-policy"
     sample_episodes: int = Field(16, ge=0)
     transcripts: int = Field(3, ge=0)
+    replays_per_iteration: int = Field(2, ge=0)  # replay pages per iteration (0: none)
 
 
 class CheckpointConfig(_Section):

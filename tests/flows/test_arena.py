@@ -65,6 +65,14 @@ def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fak
     assert run.data.metrics["rating/tiny"] == pytest.approx(board["tiny"]["rating"])
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"arena.json", "arena_ratings.png", "leaderboard.json", "episodes"} <= arts
+    assert "replays" in arts and (tmp_path / "arena_replays/index.html").is_file()
+    # any game of the arena replays from the run's artifacts, with its verdict
+    rec = next(r for r in result["records"] if r["error_seat"] >= 0)
+    page = tmp_path / "game.html"
+    assert main(["replay", f"runs:/{run.info.run_id}/episodes", "--episode", rec["episode_id"],
+                 "--out", str(page), "--tracking-uri", uri]) == 0
+    text = page.read_text()
+    assert rec["episode_id"] in text and f'"decided_by": "{rec["decided_by"]}"' in text
     frozen = yaml.safe_load(pool.read_text())
     assert {r["agent"].split("=")[0] for r in frozen["references"]} == set(board)
 

@@ -45,7 +45,11 @@ def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, 
     monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = _register(uri, tmp_path, tiny_model_dir, "tiny", [["champion"], ["candidate"]])
-    result = _nightly(uri, tmp_path, "tiny", strategic_preset=QUICK, strategic_n=1)
+    arena = tmp_path / "arena.yaml"
+    arena.write_text("agents: [bot:random]\ngames: [tic_tac_toe]\nn: 1\n"
+                     "play: {max_new_tokens: 8, keep_history: false}\n")
+    result = _nightly(uri, tmp_path, "tiny", strategic_preset=QUICK, strategic_n=1,
+                      arena_preset=str(arena), base_model=str(tiny_model_dir))
     assert result["decision"] == "keep" and not result["promoted"]
     assert result["versions"] == {"candidate": 2, "champion": 1}
     assert int(client.get_model_version_by_alias("tiny", "champion").version) == 1
@@ -58,6 +62,14 @@ def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, 
     run = client.get_run(result["mlflow_run_id"])
     assert run.data.metrics["promoted"] == 0 and "mas/difference" in run.data.metrics
     assert "strategic/ci95" in run.data.metrics
+    # the arena round: candidate, champion and the base model against the preset's bot
+    board = {r["agent"]: r for r in report["arena"]["leaderboard"]}
+    assert set(board) == {"candidate", "champion", "base", "bot:random"}
+    assert board["candidate"]["games"] == 3 * 2  # one game per opponent and seating
+    assert "arena/rating/bot_random" in run.data.metrics
+    arena_run = client.get_run(report["arena"]["mlflow_run_id"])
+    assert arena_run.data.tags["mars.kind"] == "arena"
+    assert "arena/rating/candidate" in run.data.metrics
 
 
 def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
@@ -65,16 +77,16 @@ def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
     monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = _register(uri, tmp_path, tiny_model_dir, "fresh", [["candidate"]])
-    result = _nightly(uri, tmp_path, "fresh", strategic_preset=None)
+    result = _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
     assert result["promoted"] and result["reason"] == "no champion yet"
     mv = client.get_model_version_by_alias("fresh", "champion")
     assert int(mv.version) == 1 and mv.tags["mars.promotion_reason"] == "no champion yet"
-    assert _nightly(uri, tmp_path, "fresh", strategic_preset=None)["decision"] == "unchanged"
+    assert _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)["decision"] == "unchanged"
     with pytest.raises(RegistryError, match="no registered model 'absent'"):
-        _nightly(uri, tmp_path, "absent", strategic_preset=None)
+        _nightly(uri, tmp_path, "absent", strategic_preset=None, arena_preset=None)
     client.delete_registered_model_alias("fresh", "candidate")
     with pytest.raises(RegistryError, match="has no 'candidate' alias"):
-        _nightly(uri, tmp_path, "fresh", strategic_preset=None)
+        _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
 
 
 def test_nightly_deployment_registers_with_its_schedule(prefect_api, tmp_path):

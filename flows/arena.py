@@ -18,7 +18,8 @@ from pathlib import Path
 
 from prefect import flow
 
-from mars_core.arena.config import PoolConfig, labelled, load_arena_config, load_pool, pool_yaml
+from mars_core.arena.config import (PoolConfig, check_agents, labelled, load_arena_config,
+                                    load_pool, pool_yaml)
 from mars_core.arena.leaderboard import causes, game_record, leaderboard, markdown, per_game
 from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
@@ -58,8 +59,7 @@ def plan(preset: str | None = None, agents: list[str] | None = None, run: str | 
                             agents=(list(agents) if agents else None) or None)
     all_agents = labelled(list(cfg.agents) + extra)
     cfg = cfg.model_copy(update={"agents": tuple(list(cfg.agents) + extra)})
-    if len(all_agents) < 2:
-        raise ValueError("an arena needs at least two agents (--agents, a preset's agents, --run)")
+    check_agents(all_agents, cfg.games)
     specs = list(all_agents)
     ms = (round_robin(specs, list(cfg.games), cfg.n, cfg.seed) if cfg.schedule == "round_robin"
           else sampled(specs, list(cfg.games), cfg.matches, cfg.seed))

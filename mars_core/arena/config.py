@@ -81,14 +81,19 @@ class ArenaConfig(_Arena):
 
     @model_validator(mode="after")
     def _agents(self):
-        agents = self.labelled()
-        if self.agents and len(agents) < 2:
-            raise ValueError("an arena needs at least two agents")
-        for game in self.games if self.agents else ():
-            if sum(fits(s, game) for s in agents.values()) < 2:
-                raise ValueError(f"{game}: fewer than two of the agents can play it "
-                                 f"(bots fit only some games)")
+        self.labelled()  # well-formed, unique labels (`check_agents` runs on the final set)
         return self
+
+
+def check_agents(agents: dict[str, str], games) -> None:
+    """An open arena's final agents (preset, flags and a run's checkpoints together): at least
+    two, and at least two that can play each game."""
+    if len(agents) < 2:
+        raise ValueError("an arena needs at least two agents (--agents, a preset's agents, --run)")
+    for game in games:
+        if sum(fits(s, game) for s in agents.values()) < 2:
+            raise ValueError(f"{game}: fewer than two of the agents can play it (bots fit only "
+                             "some games)")
 
 
 class Reference(_Section):

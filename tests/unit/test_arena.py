@@ -10,7 +10,8 @@ import pytest
 from scipy.stats import norm
 
 from mars_core.arena.attribution import attribute
-from mars_core.arena.config import ArenaConfig, ConfigError, load_arena_config, parse_agent
+from mars_core.arena.config import (ArenaConfig, ConfigError, check_agents, load_arena_config,
+                                    parse_agent)
 from mars_core.arena.leaderboard import game_record, leaderboard, markdown, rate
 from mars_core.arena.ratings import MU, SIGMA, Rating, Ratings, TrueSkillParams
 from mars_core.arena.schedule import (NEWCOMER, Match, fingerprint, pool_matches, round_robin,
@@ -259,12 +260,14 @@ def test_agents_and_presets_refuse_bad_input_in_one_line():
             parse_agent(bad)
     for flags, msg in (({"games": ["chess"]}, "unknown game"),
                        ({"games": ["mini_hanabi"]}, "cooperative"),
-                       ({"agents": ["embedded"]}, "at least two"),
-                       ({"agents": ["a=embedded", "a=embedded"]}, "twice"),
-                       ({"agents": ["bot:nash", "bot:mcts-5"], "games": ["tic_tac_toe"]},
-                        "fewer than two")):
+                       ({"agents": ["a=embedded", "a=embedded"]}, "twice")):
         with pytest.raises(ConfigError, match=msg):
             load_arena_config(None, [], **flags)
+    with pytest.raises(ValueError, match="at least two"):
+        check_agents({"embedded": "embedded"}, ["tic_tac_toe"])
+    with pytest.raises(ValueError, match="tic_tac_toe: fewer than two"):
+        check_agents({"bot:nash": "bot:nash", "bot:mcts-5": "bot:mcts-5"}, ["tic_tac_toe"])
+    check_agents({"m": "embedded", "bot:nash": "bot:nash"}, ["kuhn_poker"])
     with pytest.raises(ConfigError, match="unknown config key"):
         load_arena_config(None, ["rounds=3"])
     cfg = load_arena_config(None, ["play.max_new_tokens=99"], agents=["embedded", "bot:random"])

@@ -109,7 +109,7 @@ def causes(records: list[dict]) -> dict[str, dict[str, int]]:
 
 def markdown(rows: list[dict]) -> str:
     head = ("| # | agent | rating (mu-3σ) | mu ± sigma | games | win | error | timeout | "
-            "wins on opp. error | clean rating | clean games |")
+            "wins on opp. error or cut-off | clean rating | clean games |")
     lines = [head, "|---" * 11 + "|"]
     for i, r in enumerate(rows, 1):
         frozen = " (frozen)" if r["frozen"] else ""

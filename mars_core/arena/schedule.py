@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from mars_core.games.bots import check_opponent, is_bot
 from mars_core.games.registry import GAMES, make_game
@@ -104,34 +105,35 @@ def check_games(games: list[str]) -> None:
                              "competitive games only")
 
 
-def round_robin(agents: list[str], games: list[str], n: int, seed: int) -> list[Match]:
-    """Every combination of agents in every rotation of the sides, `n` games each."""
+def _schedule(agents: list[str], games: list[str], n: int, seed: int, tag: str,
+              draw: Callable[[str, list[str], int], list[tuple[str, ...]]]) -> list[Match]:
+    """Per game: the agents that fit it, `draw(game, players, k)` combinations of k of them
+    (k = sides, or fewer agents: then filled by repetition), each in every rotation, n games."""
     check_games(games)
     out: list[Match] = []
     for game in games:
         players = [a for a in agents if fits(a, game)]
-        k = len(sides(game))
         if len(players) < 2:
             continue
-        combos = [_filled(c, k) for c in itertools.combinations(players, min(k, len(players)))]
-        out += _expand(game, combos, n, seed, "rr")
+        k = len(sides(game))
+        combos = [_filled(c, k) for c in draw(game, players, min(k, len(players)))]
+        out += _expand(game, combos, n, seed, tag)
     return out
+
+
+def round_robin(agents: list[str], games: list[str], n: int, seed: int) -> list[Match]:
+    """Every combination of agents in every rotation of the sides, `n` games each."""
+    return _schedule(agents, games, n, seed, "rr",
+                     lambda game, players, k: list(itertools.combinations(players, k)))
 
 
 def sampled(agents: list[str], games: list[str], matches: int, seed: int) -> list[Match]:
     """`matches` random draws of agents per game (seeded), each played in every rotation."""
-    check_games(games)
-    out: list[Match] = []
-    for game in games:
-        players = [a for a in agents if fits(a, game)]
-        k = len(sides(game))
-        if len(players) < 2:
-            continue
+    def draw(game: str, players: list[str], k: int) -> list[tuple[str, ...]]:
         rng = random.Random(_seed(seed, game, -1, -1))
-        combos = [_filled(tuple(rng.sample(players, min(k, len(players)))), k)
-                  for _ in range(matches)]
-        out += _expand(game, combos, 1, seed, "sm")
-    return out
+        return [tuple(rng.sample(players, k)) for _ in range(matches)]
+
+    return _schedule(agents, games, 1, seed, "sm", draw)
 
 
 def pool_matches(references: list[str], games: list[str], n: int, seed: int) -> list[Match]:

@@ -79,11 +79,13 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
                replays: int = 4) -> dict:
     """Rate agents against each other (or newcomers against a frozen pool); see the module
     docstring. Returns the leaderboard and where everything was written."""
+    if save_pool and reference:
+        raise ValueError("--save-pool freezes an open arena's agents; not with --reference")
     p = plan(preset, agents, run, games, schedule, n, matches, seed, reference, overrides)
     cfg = p["cfg"]
     models = resolve_agents(p["agents"], tracking_uri, runs_dir)
     all_matches, episodes = [], []
-    for i, (newcomer, ms) in enumerate(p["matches"].items()):
+    for i, ms in enumerate(p["matches"].values()):  # one schedule per newcomer (pool mode)
         prefix = f"n{i}-" if p["mode"] == "pool" else ""
         used = {a for m in ms for a in m.agents}
         episodes += play_arena(ms, {k: v for k, v in models.items() if k in used}, cfg, prefix)
@@ -103,7 +105,7 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
               "schedule": {"kind": getattr(cfg, "schedule", "pool"), "n": cfg.n,
                            "seed": cfg.seed, "matches": len(records),
                            "fingerprint": p["fingerprint"]},
-              "pool": getattr(cfg, "name", None) if isinstance(cfg, PoolConfig) else None,
+              "pool": cfg.name if isinstance(cfg, PoolConfig) else None,
               "trueskill": cfg.trueskill.model_dump(), "leaderboard": rows,
               "per_game": per_game(records, params, p["frozen"]), "causes": causes(records),
               "checkpoints": p["checkpoints"], "records": records}
@@ -112,8 +114,6 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
     ratings_plot(rows, p["checkpoints"], files["png"])
     print("\n" + markdown(rows))
     if save_pool:
-        if p["mode"] != "open":
-            raise ValueError("--save-pool freezes an open arena's agents; not with --reference")
         Path(save_pool).write_text(pool_yaml(cfg, rows, Path(save_pool).stem))
         print(f"pool written: {save_pool}")
     run_id = None
@@ -122,11 +122,11 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
                 "n": cfg.n, "seed": cfg.seed, "matches": len(records),
                 "fingerprint": p["fingerprint"], "reference": reference or "",
                 "preset": preset or "", "run": run or ""}
+        folders = {"episodes": episodes_dir} | ({"replays": replays_dir} if pages else {})
         run_id = log_arena(tracking_uri, experiment, f"arena {p['mode']} "
                            f"{','.join(list(p['agents'])[:4])}", flat, rows,
-                           [out_path, files["md"], files["png"]],
-                           {"episodes": episodes_dir, **({"replays": replays_dir} if pages else {})})
+                           [out_path, files["md"], files["png"]], folders)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
     return {"out": str(out_path), "records": len(records), "leaderboard": rows,
-            "replays": [str(p) for p in pages],
+            "replays": [str(page) for page in pages],
             "fingerprint": p["fingerprint"], "mlflow_run_id": run_id}

@@ -81,7 +81,8 @@ def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
     assert result["promoted"] and result["reason"] == "no champion yet"
     mv = client.get_model_version_by_alias("fresh", "champion")
     assert int(mv.version) == 1 and mv.tags["mars.promotion_reason"] == "no champion yet"
-    assert _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)["decision"] == "unchanged"
+    again = _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
+    assert again["decision"] == "unchanged"
     with pytest.raises(RegistryError, match="no registered model 'absent'"):
         _nightly(uri, tmp_path, "absent", strategic_preset=None, arena_preset=None)
     client.delete_registered_model_alias("fresh", "candidate")

@@ -116,7 +116,8 @@ def _play(tokenizer, game, agents, reply_fn, seed=3, max_new_tokens=48):
 
 
 def test_a_rule_error_loses_for_its_side_and_hands_the_others_the_game(tokenizer):
-    illegal = _play(tokenizer, "tic_tac_toe", ("bot:random", "m"), lambda p: "<answer><9,9></answer>")
+    illegal = _play(tokenizer, "tic_tac_toe", ("bot:random", "m"),
+                    lambda p: "<answer><9,9></answer>")
     v = attribute(illegal, make_game("tic_tac_toe"))
     assert v["decided_by"] == "rule_error" and v["error_seat"] == 1
     assert v["result"] == ["win", "loss"]
@@ -241,7 +242,8 @@ def test_the_pool_schedule_is_the_same_games_for_every_newcomer():
     assert all(NEWCOMER in m.agents for m in base)
     assert all("bot:mcts-10" not in m.agents for m in base if m.game == "kuhn_poker")
     one, two = with_newcomer(base, "ckpt80"), with_newcomer(base, "ckpt120")
-    assert [(m.match_id, m.seed, m.game) for m in one] == [(m.match_id, m.seed, m.game) for m in two]
+    games = lambda ms: [(m.match_id, m.seed, m.game) for m in ms]  # noqa: E731
+    assert games(one) == games(two)
     assert [m.agents.index("ckpt80") for m in one] == [m.agents.index("ckpt120") for m in two]
     assert fingerprint(base) == fingerprint(pool_matches(["bot:random", "bot:mcts-10"],
                                                          ["tic_tac_toe", "kuhn_poker"], 2, 9))

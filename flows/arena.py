@@ -25,8 +25,8 @@ from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
 from mars_core.replay import write_replays
-from tasks.arena import (log_arena, play_arena, resolve_agents, run_checkpoints,
-                         with_verdicts, write_episodes)
+from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
+from tasks.rollout import write_episodes
 
 
 def plan(preset: str | None = None, agents: list[str] | None = None, run: str | None = None,
@@ -98,7 +98,9 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
     stem = out_path.with_suffix("")
     files = {"md": Path(f"{stem}_leaderboard.md"), "png": Path(f"{stem}_ratings.png")}
     episodes = with_verdicts(episodes, records)
-    episodes_dir = write_episodes(episodes, Path(f"{stem}_episodes"))
+    episodes_dir = Path(f"{stem}_episodes")  # every game, in the layout `mars replay` reads
+    episodes_dir.mkdir(parents=True, exist_ok=True)
+    write_episodes(episodes_dir, episodes)
     replays_dir = Path(f"{stem}_replays")
     pages = write_replays(episodes, replays_dir, limit=replays) if replays else []
     result = {"mode": p["mode"], "agents": p["agents"], "games": list(cfg.games),

@@ -17,7 +17,7 @@ from mars_core.arena.schedule import Match
 from mars_core.games.bots import is_bot
 from mars_core.models import default_cache_dir, resolve_model
 from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
-from mars_core.types import Episode, episodes_frame, turns_frame
+from mars_core.types import Episode
 from tasks.common import bf16_wanted
 from tasks.paths import checkpoint_dir, iter_dir, stage_dir
 from tasks.tracking import _experiment_id, _metric_key, download_registered
@@ -115,14 +115,6 @@ def with_verdicts(episodes: list[Episode], records: list[dict]) -> list[Episode]
         info["arena"] = {k: r[k] for k in ("agents", "teams", "result", "cause", "decided_by")}
         out.append(replace(ep, info=json.dumps(info, sort_keys=True)))
     return out
-
-
-def write_episodes(episodes: list[Episode], folder: Path) -> Path:
-    """episodes.parquet + turns.parquet (the layout `mars replay` reads)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    episodes_frame(episodes).write_parquet(folder / "episodes.parquet")
-    turns_frame(episodes).write_parquet(folder / "turns.parquet")
-    return folder
 
 
 def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],

@@ -4,7 +4,7 @@ advantages the trainer will use).
 `write_iteration_replays` picks `tracking.replays_per_iteration` episodes of the iteration,
 spread over outcomes (a won, a lost, an invalid one when present) and games, writes one HTML
 page per episode plus `index.html` into `iter_XXXX/replays/`, beside the picked episodes as
-Parquet (`episodes.parquet`, `turns.parquet` without token ids, `advantages.parquet`), and logs
+Parquet (`episodes.parquet`, `turns.parquet`, `advantages.parquet`), and logs
 the folder to the run's MLflow run under `replays/iter_XXXX`. So `mars replay` reads either the
 folder or `runs:/<run_id>/replays/iter_XXXX`. With 0 replays the stage does nothing at all.
 """
@@ -17,24 +17,18 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.replay import ReplayEpisode, load_replays, pick_spread, write_replays
-from mars_core.types import episodes_frame, turns_frame
 from tasks.common import run_stage
 from tasks.paths import iter_dir, read_config
+from tasks.rollout import write_episodes
 from tasks.tracking import log_artifacts
 
 STAGE = "replays"
 
 
 def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
-    """The picked episodes as a flat replay folder: episodes and turns (prompt/completion ids
-    and log-probs dropped: the page does not use them) and their advantages (where known)."""
-    episodes = [r.episode for r in picked]
-    episodes_frame(episodes).write_parquet(out / "episodes.parquet")
-    turns_frame(episodes).with_columns(
-        pl.lit([], dtype=pl.List(pl.Int64)).alias("prompt_ids"),
-        pl.lit([], dtype=pl.List(pl.Int64)).alias("completion_ids"),
-        pl.lit([], dtype=pl.List(pl.Float64)).alias("logprobs"),
-    ).write_parquet(out / "turns.parquet")
+    """The picked episodes as a flat replay folder: episodes, turns and their advantages
+    (where known)."""
+    write_episodes(out, [r.episode for r in picked])
     if all(r.advantages is None for r in picked):
         return
     rows = [{"episode_id": r.episode.episode_id, "turn": t, "advantage": a}

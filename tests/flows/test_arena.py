@@ -61,7 +61,7 @@ def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fak
     assert "| 1 |" in (tmp_path / "arena_leaderboard.md").read_text()
     assert (tmp_path / "arena_episodes/turns.parquet").is_file()
     client = MlflowClient(tracking_uri=uri)
-    run = client.get_run(result and _single_run(client, "mars-arena"))
+    run = client.get_run(_single_run(client, "mars-arena"))
     assert run.data.metrics["rating/tiny"] == pytest.approx(board["tiny"]["rating"])
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"arena.json", "arena_ratings.png", "leaderboard.json", "episodes"} <= arts

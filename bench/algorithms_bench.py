@@ -29,7 +29,8 @@ def turns(n: int, seed: int = 0) -> pl.DataFrame:
     turn = np.concatenate([np.arange(k) for k in lengths])[:n]
     games = np.array(["tic_tac_toe", "kuhn_poker", "colonel_blotto"])[ep % 3]
     return pl.DataFrame({"episode_id": [f"e{e}" for e in ep], "game": games,
-                         "role": [f"player_{t % 2}" for t in turn], "turn": turn,
+                         "player": turn % 2, "role": [f"player_{t % 2}" for t in turn],
+                         "turn": turn,
                          "reward": np.round(rng.normal(size=len(ep)), 3)})
 
 

@@ -1,9 +1,11 @@
 """Advantage estimators: pure functions over a batch of turns (SPEC section 3).
 
 Input: a polars DataFrame with one row per turn and at least the columns
-`episode_id, game, role, turn, reward` (see `mars_core.types.TURN_SCHEMA`). A trajectory is one
-player's turns in one episode, i.e. the rows sharing `(episode_id, role)`, ordered by `turn`
-(`turn` counts the moves of all seats, so it is not contiguous within a trajectory).
+`episode_id, game, player, role, turn, reward` (see `mars_core.types.TURN_SCHEMA`). A trajectory
+is one seat's turns in one episode, i.e. the rows sharing `(episode_id, player)`, ordered by
+`turn` (`turn` counts the moves of all seats, so it is not contiguous within a trajectory).
+The role is the baseline's group, never the trajectory's key: in Secret Mafia two seats share
+the role `mafia`, and each keeps its own rewards-to-go.
 
 Output: the same frame (same rows, same order, every input column kept) with a Float64
 `advantage` column added (replaced if present). Every token of a turn's completion gets that
@@ -22,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
 
-TRAJECTORY_KEYS = ("episode_id", "role")
-REQUIRED_COLUMNS = ("episode_id", "game", "role", "turn", "reward")
+TRAJECTORY_KEYS = ("episode_id", "player")  # one seat of one episode
+REQUIRED_COLUMNS = ("episode_id", "game", "player", "role", "turn", "reward")
 # mars_code step (d): values are compared after rounding to this many decimals, so float noise
 # from summation order cannot split one value in two (the values are whitened, i.e. O(1)).
 DISTINCT_DECIMALS = 9
@@ -64,7 +66,7 @@ def _check_constant_keys(df: pl.DataFrame, keys: Sequence[str]) -> None:
     counts = df.group_by(list(TRAJECTORY_KEYS)).agg(pl.col(extra).n_unique())
     for k in extra:
         if counts[k].max() > 1:
-            raise ValueError(f"group key '{k}' changes within a trajectory (episode_id, role); "
+            raise ValueError(f"group key '{k}' changes within a trajectory (episode_id, player); "
                              "trajectory-level estimators need it constant")
 
 
@@ -80,7 +82,7 @@ def _restore(df: pl.DataFrame, advantage: pl.Expr) -> pl.DataFrame:
 
 
 def _trajectory_returns(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """One row per trajectory: `episode_id, role`, the other group keys, and `_RET` = the sum
+    """One row per trajectory: `episode_id, player`, the other group keys, and `_RET` = the sum
     of the trajectory's rewards in the frame (discount 1). Rows come sorted by trajectory, so
     later means see the same summation order whatever the input order (bitwise reproducible)."""
     extra = [k for k in keys if k not in TRAJECTORY_KEYS]
@@ -90,7 +92,7 @@ def _trajectory_returns(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
 
 
 def _per_trajectory(df: pl.DataFrame, per_traj: pl.DataFrame) -> pl.DataFrame:
-    """Give every turn its trajectory's `_VAL` (per_traj: `episode_id, role, _VAL`)."""
+    """Give every turn its trajectory's `_VAL` (per_traj: `episode_id, player, _VAL`)."""
     work = df.with_row_index(_ROW).join(per_traj, on=list(TRAJECTORY_KEYS), how="left",
                                         nulls_equal=True)
     return _restore(work, pl.col(_VAL))
@@ -155,7 +157,7 @@ def mars_code(
 
     (a) `r1 = r - mean(r)` over the turns of its `group_keys` group;
     (b) `w = (r1 - mean(r1)) / (std(r1) + eps)` over the whole batch (population std);
-    (c) `G_k = sum_{j >= k} w_j` within the trajectory `(episode_id, role)`, ordered by turn;
+    (c) `G_k = sum_{j >= k} w_j` within the trajectory `(episode_id, player)`, ordered by turn;
     (d) `d = G - mean(distinct G values of the group)` per `group_keys` group (each value
         counted once however many turns carry it; values compared rounded to
         `DISTINCT_DECIMALS` decimals);

@@ -37,10 +37,10 @@ def _group(row: dict, keys: Sequence[str]) -> tuple:
 
 
 def _returns_to_go(rows: list[dict], values: list[float]) -> list[float]:
-    """`G_k = sum_{j >= k} values_j` within each trajectory (episode_id, role), by turn."""
+    """`G_k = sum_{j >= k} values_j` within each trajectory (episode_id, player), by turn."""
     by_traj: dict[tuple, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        by_traj[(row["episode_id"], row["role"])].append(i)
+        by_traj[(row["episode_id"], row["player"])].append(i)
     out = [0.0] * len(rows)
     for idx in by_traj.values():
         running = 0.0
@@ -55,7 +55,7 @@ def _trajectory_totals(rows: list[dict], keys: Sequence[str]) -> tuple[dict, dic
     totals: dict[tuple, float] = defaultdict(float)
     group_of: dict[tuple, tuple] = {}
     for row in rows:
-        traj = (row["episode_id"], row["role"])
+        traj = (row["episode_id"], row["player"])
         totals[traj] += row["reward"]
         group_of[traj] = _group(row, keys)
     return totals, group_of
@@ -116,7 +116,7 @@ def grpo_trajectory_reference(
         by_group[group_of[traj]].append(total)
     out = []
     for row in rows:
-        traj = (row["episode_id"], row["role"])
+        traj = (row["episode_id"], row["player"])
         mean, std = _mean_std(by_group[group_of[traj]])
         out.append((totals[traj] - mean) / (std + eps))
     return out
@@ -133,7 +133,7 @@ def rae_reference(
     totals, group_of = _trajectory_totals(rows, keys)
     out = []
     for row in rows:
-        traj = (row["episode_id"], row["role"])
+        traj = (row["episode_id"], row["player"])
         out.append(totals[traj] - state.get(rae_key(group_of[traj]), 0.0))
     return out
 

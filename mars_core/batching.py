@@ -1,11 +1,12 @@
 """Episodes bank and stratified batch builder (SPEC section 5, item 5).
 
 After post-processing, every training iteration k yields a polars frame of the policy's
-ELIGIBLE steps (one row per turn: `episode_id, game, role, turn, reward, prompt_ids,
+ELIGIBLE steps (one row per turn: `episode_id, game, player, role, turn, reward, prompt_ids,
 completion_ids, logprobs, ...`). `bank_add` stores it on disk as one parquet part per
 iteration; `bank_read` loads the parts of a window of iterations; `build_batch` draws a
 training batch from them. A step is identified by `step_id = f"{episode_id}/{turn}"`
-(`turn` is unique within an episode); a trajectory is the rows sharing `(episode_id, role)`.
+(`turn` is unique within an episode); a trajectory is the rows sharing `(episode_id, player)`:
+one seat's turns (two seats may share a role, e.g. two Mafia).
 
 What is drawn is a *unit*: one step (unit "step", In2AI) or one player's whole trajectory
 (unit "trajectory", what return-based estimators such as MARS need). The dealing rules:
@@ -44,8 +45,8 @@ from pathlib import Path
 import polars as pl
 
 UNITS = ("step", "trajectory")
-REQUIRED_COLUMNS = ("episode_id", "game", "role", "turn", "reward")
-TRAJECTORY_KEYS = ("episode_id", "role")
+REQUIRED_COLUMNS = ("episode_id", "game", "player", "role", "turn", "reward")
+TRAJECTORY_KEYS = ("episode_id", "player")
 CANONICAL_ORDER = ("game", "episode_id", "turn")
 
 _ROW = "__batch_row"
@@ -213,16 +214,16 @@ def _prepare(pool: pl.DataFrame, exclude: Collection[str]) -> tuple[pl.DataFrame
 
 
 def _units(df: pl.DataFrame, unit: str) -> list[_Unit]:
-    """The units of `df` (canonical order, with `reward_bin`); key = (episode_id, turn|role)."""
-    idx = df.select("game", "episode_id", "role", "turn", "reward_bin").with_row_index(_ROW)
+    """The units of `df` (canonical order, with `reward_bin`); key = (episode_id, turn|player)."""
+    idx = df.select("game", "episode_id", "player", "turn", "reward_bin").with_row_index(_ROW)
     if unit == "step":
         return [_Unit((e, t), g, b, e, (i,))
                 for i, g, e, _, t, b in idx.iter_rows()]
     grouped = idx.group_by(["game", *TRAJECTORY_KEYS], maintain_order=True).agg(
         pl.col(_ROW), pl.col("reward_bin").first())
-    return [_Unit((e, r), g, b, e, tuple(rows))
-            for g, e, r, rows, b in grouped.select(
-                "game", "episode_id", "role", _ROW, "reward_bin").iter_rows()]
+    return [_Unit((e, p), g, b, e, tuple(rows))
+            for g, e, p, rows, b in grouped.select(
+                "game", "episode_id", "player", _ROW, "reward_bin").iter_rows()]
 
 
 def _queues(units: list[_Unit], seed: int) -> dict[str, dict[int, deque[_Unit]]]:

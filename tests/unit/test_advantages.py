@@ -29,12 +29,16 @@ from mars_core.advantages_reference import (
     rloo_env_reference,
 )
 
-COLUMNS = ["episode_id", "game", "role", "turn", "reward"]
+COLUMNS = ["episode_id", "game", "player", "role", "turn", "reward"]
 EPS = 1e-6
 
 
 def frame(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=COLUMNS, orient="row")
+    """Rows of (episode_id, game, role, turn, reward), each role held by one seat: `player` is
+    the role's index among the sorted roles."""
+    roles = sorted({r[2] for r in rows})
+    return pl.DataFrame([(e, g, roles.index(r), r, t, w) for e, g, r, t, w in rows],
+                        schema=COLUMNS, orient="row")
 
 
 def tic_tac_toe() -> pl.DataFrame:
@@ -575,3 +579,37 @@ def test_integer_rewards_and_existing_advantage_column(name):
     out = compute_advantages(df, name)
     assert out.columns == df.columns and out["advantage"].dtype == pl.Float64
     assert out.drop("advantage").equals(df.drop("advantage"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Two seats that share a role (Secret Mafia: two Mafia) are two trajectories
+
+
+def two_mafia() -> pl.DataFrame:
+    """Seats 0 and 2 are both `mafia`, seat 1 a villager; their turns interleave."""
+    return pl.DataFrame({
+        "episode_id": ["m"] * 5, "game": ["secret_mafia"] * 5, "player": [0, 2, 1, 0, 2],
+        "role": ["mafia", "mafia", "villager", "mafia", "mafia"], "turn": [0, 1, 2, 3, 4],
+        "reward": [1.0, -1.0, 0.3, 0.5, 0.0]})
+
+
+@pytest.mark.parametrize(("name", "options", "expected"), [
+    # G: seat 0 -> 1.5, 0.5; seat 2 -> -1.0, 0.0; the mafia mean over its 4 turns is 0.25
+    ("mars", {}, [1.25, -1.25, 0.0, 0.25, -0.25]),
+    # returns: seat 0 1.5, seat 2 -1.0 -> mean 0.25, std 1.25 -> +-1 (the lone villager 0)
+    ("grpo_trajectory", {}, [1.0, -1.0, 0.0, 1.0, -1.0]),
+    ("rae", {}, [1.5, -1.0, 0.3, 1.5, -1.0]),
+])
+def test_seats_sharing_a_role_keep_their_own_returns(name, options, expected):
+    out = compute_advantages(two_mafia(), name, **options)["advantage"].to_list()
+    assert out == pytest.approx(expected, abs=1e-5)
+
+
+def test_mars_code_sums_rewards_within_a_seat_only():
+    df = two_mafia()
+    out = mars_code(df)["advantage"].to_list()
+    assert out == pytest.approx(mars_code_reference(df), abs=1e-9)
+    # seat 2's last turn (reward 0, G 0 in its own trajectory) and seat 0's (G 0.5 from its
+    # own reward only) differ; keyed by role, both would carry the other seat's rewards
+    merged = df.with_columns(pl.lit(0, dtype=pl.Int64).alias("player"))
+    assert mars_code(merged)["advantage"].to_list() != pytest.approx(out)

@@ -14,6 +14,12 @@ SCHEMA = {"episode_id": pl.Utf8, "game": pl.Utf8, "role": pl.Utf8, "turn": pl.In
           "reward": pl.Float64, "completion_ids": pl.List(pl.Int64)}
 
 
+def pool_frame(rows: list[tuple]) -> pl.DataFrame:
+    """Rows of `SCHEMA`'s columns; role "pN" is held by seat N (`player`)."""
+    df = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    return df.with_columns(pl.col("role").str.slice(1).cast(pl.Int64).alias("player"))
+
+
 def make_pool(spec: dict[str, tuple[int, int]], seed: int = 0, roles: int = 2) -> pl.DataFrame:
     """`spec` = {game: (episodes, turns per episode)}; roles alternate by turn. Rewards are
     skewed (mostly small, a few large) and distinct."""
@@ -24,7 +30,7 @@ def make_pool(spec: dict[str, tuple[int, int]], seed: int = 0, roles: int = 2) -
             for t in range(n_turns):
                 reward = rng.expovariate(1.0) ** 3 * (1 if game < "m" else -1)
                 rows.append((f"{game}-{e}", game, f"p{t % roles}", t, reward, [e, t]))
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    return pool_frame(rows)
 
 
 def draw(pool: pl.DataFrame, **kw) -> tuple[pl.DataFrame, dict]:
@@ -86,14 +92,13 @@ def test_cap_bounds_steps_per_episode_and_spreads_over_episodes():
 
 
 def test_long_trajectory_enters_alone_despite_the_cap():
-    long = pl.DataFrame([("long", "ipd", "p0", t, 0.1 * t, [t]) for t in range(10)],
-                        schema=SCHEMA, orient="row")
+    long = pool_frame([("long", "ipd", "p0", t, 0.1 * t, [t]) for t in range(10)])
     pool = pl.concat([long, make_pool({"ipd": (4, 2)}, roles=1)])
     batch, comp = draw(pool, unit="trajectory", max_steps_per_episode=3)
     assert batch.filter(pl.col("episode_id") == "long").height == 10
     assert comp["units"] == 5 and comp["capped_units"] == 0
     # a second trajectory of the same episode would exceed the cap: refused
-    extra = pl.DataFrame([("long", "ipd", "p1", 10, 0.0, [0])], schema=SCHEMA, orient="row")
+    extra = pool_frame([("long", "ipd", "p1", 10, 0.0, [0])])
     batch2, comp2 = draw(pl.concat([pool, extra]), unit="trajectory", max_steps_per_episode=3)
     assert comp2["capped_units"] == 1
     assert batch2.filter(pl.col("episode_id") == "long")["role"].n_unique() == 1
@@ -182,7 +187,7 @@ def test_bins_formula_and_ties():
     rows = [(f"e{i}", "g", "p0", 0, r, []) for i, r in enumerate([5.0, 1.0, 3.0, 2.0, 6.0, 4.0])]
     rows += [(f"t{i}", "h", "p0", 0, r, []) for i, r in enumerate([0.0] * 4 + [1.0] * 2)]
     rows += [(f"k{i}", "k", "p0", 0, r, []) for i, r in enumerate([1.0, 0.0, 1.0, 2.0, 1.0, 1.0])]
-    pool = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    pool = pool_frame(rows)
     bins = reward_bins(pool, "step", 3).to_list()
     assert bins[:6] == [2, 0, 1, 0, 2, 1]
     # ties: four 0.0 share average rank 2.5 -> bin 0; two 1.0 share rank 5.5 -> bin 2
@@ -196,7 +201,7 @@ def test_trajectory_bins_use_returns():
     rows = [("a", "g", "p0", 0, 1.0, []), ("a", "g", "p0", 2, 1.0, []),
             ("a", "g", "p1", 1, 3.0, []), ("b", "g", "p0", 0, 0.5, []),
             ("b", "g", "p1", 1, 2.0, [])]
-    pool = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    pool = pool_frame(rows)
     # returns: a/p0 2.0 (tied with b/p1 2.0), a/p1 3.0, b/p0 0.5 -> ranks 2.5, 4, 1, 2.5
     assert reward_bins(pool, "trajectory", 2).to_list() == [0, 0, 1, 0, 0]
     assert reward_bins(pool, "trajectory", 4).to_list() == [1, 1, 3, 0, 1]
@@ -301,3 +306,16 @@ def test_bad_pools(tmp_path):
         draw(pool.with_columns(pl.lit(None, dtype=pl.Float64).alias("reward")))
     with pytest.raises(ValueError, match="iteration must be"):
         bank_add(tmp_path, -1, pool)
+
+
+def test_two_seats_sharing_a_role_are_two_trajectory_units():
+    """Secret Mafia: seats 0 and 2 share the role `mafia`; each seat's turns are one unit, and
+    the per-episode cap counts them apart."""
+    pool = pl.DataFrame({"episode_id": ["m"] * 4, "game": ["secret_mafia"] * 4,
+                         "player": [0, 2, 0, 2], "role": ["mafia"] * 4, "turn": [0, 1, 2, 3],
+                         "reward": [1.0, -1.0, 0.5, 0.0]})
+    batch, comp = draw(pool, unit="trajectory")
+    assert comp["units"] == 2 and batch.height == 4
+    capped, comp = draw(pool, unit="trajectory", max_steps_per_episode=2)
+    assert comp["units"] == 1 and comp["capped_units"] == 1
+    assert capped.height == 2 and capped["player"].n_unique() == 1

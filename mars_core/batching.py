@@ -109,6 +109,44 @@ def bank_read(root: Path, iterations: Iterable[int]) -> pl.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------
+# what can be trained on
+
+REWARD_PARTS = ("reward", "game_reward", "format_reward", "length_reward")
+
+
+def trainable_steps(turns: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The steps the update can learn from: the policy's eligible turns that have completion
+    tokens, with the rewards of its eligible turns that have none carried onto them.
+
+    A turn whose prompt left no room for a reply (a context overflow) has no completion
+    tokens, so nothing of it can be trained on; yet its reward holds the invalid-reply penalty
+    and the forfeit (SPEC sections 2 and 5). Dropped with it, running out of context would act
+    like a neutral stop. So every reward part (`REWARD_PARTS` present in `turns`) of a tokenless
+    step is added to the same seat's most recent earlier trainable step (its last trainable
+    turn), which keeps each seat's return. A tokenless step with no earlier trainable step of
+    its seat (it overflowed on its first turn) has nothing to put its reward on.
+
+    Returns (steps, counts): steps in `turns`' order; counts `carried` (tokenless steps whose
+    reward moved) and `lost` (tokenless steps with nowhere to go)."""
+    keys = list(TRAJECTORY_KEYS)
+    pool = turns.filter((pl.col("agent") == "policy") & pl.col("eligible")).with_row_index(_ROW)
+    has = pl.col("completion_ids").list.len() > 0
+    parts = [c for c in REWARD_PARTS if c in pool.columns]
+    target = "__batch_target"
+    pool = pool.sort([*keys, "turn"]).with_columns(
+        pl.when(has).then(pl.col("turn")).forward_fill().over(keys).alias(target))
+    tokenless = pool.filter(~has)
+    moved = tokenless.filter(pl.col(target).is_not_null())
+    carry = moved.group_by([*keys, target]).agg(pl.col(parts).sum().name.suffix("__carry"))
+    steps = pool.filter(has).join(carry, left_on=[*keys, "turn"], right_on=[*keys, target],
+                                  how="left")
+    steps = steps.with_columns(
+        (pl.col(c) + pl.col(f"{c}__carry").fill_null(0.0)).alias(c) for c in parts)
+    steps = steps.sort(_ROW).select(turns.columns)
+    return steps, {"carried": moved.height, "lost": tokenless.height - moved.height}
+
+
+# --------------------------------------------------------------------------------------------
 # ids and reward bins
 
 

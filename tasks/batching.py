@@ -19,7 +19,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.advantages import compute_advantages as estimate, rae_update
-from mars_core.batching import bank_add, bank_read, build_batch as draw, composition_metrics, with_step_ids
+from mars_core.batching import (bank_add, bank_read, build_batch as draw, composition_metrics,
+                                trainable_steps, with_step_ids)
 from mars_core.checkpoint import load_estimator_state
 from mars_core.stages import write_json
 from tasks.common import derive_seed, policy_at, run_stage
@@ -49,15 +50,19 @@ def advantage_options(cfg, state: dict | None = None) -> dict:
 
 @task(name="bank_episodes", cache_policy=NO_CACHE)
 def bank_episodes(run_dir: str, k: int) -> dict:
-    """Iteration k's eligible policy steps into the episodes bank (idempotent on resume)."""
+    """Iteration k's trainable policy steps into the episodes bank (idempotent on resume): the
+    eligible ones with completion tokens, carrying the rewards of those without (a context
+    overflow's penalty lands on the seat's last trainable turn, `trainable_steps`)."""
     def body(out: Path) -> dict:
         turns = pl.read_parquet(stage_dir(run_dir, k, REWARDS) / "turns.parquet")
-        steps = with_step_ids(turns.filter((pl.col("agent") == "policy") & pl.col("eligible")
-                                           & (pl.col("completion_ids").list.len() > 0)))
+        steps, counts = trainable_steps(turns)
+        steps = with_step_ids(steps)
         path = bank_add(bank_dir(run_dir), k, steps)
-        write_json(out / "bank.json", {"part": str(path), "steps": len(steps)})
+        write_json(out / "bank.json", {"part": str(path), "steps": len(steps), **counts})
         return {"bank/steps_added": float(len(steps)),
-                "bank/episodes_added": float(steps["episode_id"].n_unique())}
+                "bank/episodes_added": float(steps["episode_id"].n_unique()),
+                "bank/tokenless_carried": float(counts["carried"]),
+                "bank/tokenless_lost": float(counts["lost"])}
 
     return run_stage(run_dir, k, BANK, body, step=k)
 
@@ -106,8 +111,9 @@ def compute_advantages(run_dir: str, k: int) -> dict:
         if a.drop_zero_advantage:
             metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
             with_adv = with_adv.filter(pl.col("advantage") != 0)
-        samples = with_adv.select("step_id", "episode_id", "game", "role", "turn", "reward",
-                                  "advantage", "prompt_ids", "completion_ids", "logprobs")
+        samples = with_adv.select("step_id", "episode_id", "game", "player", "role", "turn",
+                                  "reward", "advantage", "prompt_ids", "completion_ids",
+                                  "logprobs")
         samples.write_parquet(out / SAMPLES_FILE)
         adv = samples["advantage"]
         return metrics | {"batch/samples": float(len(samples)),

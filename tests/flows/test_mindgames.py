@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
@@ -54,9 +55,17 @@ def test_mixed_preset_trains_through_the_post_episode_stages(tmp_path, prefect_a
     assert not bot_turns["eligible"].any()
     samples = pl.read_parquet(it / "compute_advantages/samples.parquet")
     assert set(samples["game"]) <= {"tic_tac_toe", "colonel_blotto"}
-    eligible = turns.filter(pl.col("eligible") & (pl.col("agent") == "policy")
-                            & (pl.col("completion_ids").list.len() > 0))
-    assert len(samples) == len(eligible)
+    eligible = turns.filter(pl.col("eligible") & (pl.col("agent") == "policy"))
+    assert len(samples) == len(eligible.filter(pl.col("completion_ids").list.len() > 0))
+    # each trained seat keeps its whole return: a tokenless step's reward (a context overflow's
+    # penalty) is carried onto the seat's last trainable turn, never dropped
+    def returns(df):
+        return dict(((e, p), r) for e, p, r in df.group_by("episode_id", "player")
+                    .agg(pl.col("reward").sum()).iter_rows())
+
+    trained = returns(samples)
+    assert trained == pytest.approx({seat: r for seat, r in returns(eligible).items()
+                                     if seat in trained})
     # the tiny model's replies are invalid: a Blotto error step gets the parsing floor
     errors = turns.filter((pl.col("game") == "colonel_blotto") & ~pl.col("valid"))
     assert len(errors) and set(errors["reward"]) <= {-1.0, -0.9}

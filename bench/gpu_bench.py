@@ -104,7 +104,7 @@ def bench_train(args, device) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        ppo_update(model, None, updater, samples, algo, optim, temperature=1.0, pad_id=0,
+        ppo_update(model, None, updater, samples, algo, optim, pad_id=0,
                    seed=step, bf16=bf16 and args.backend == "torch", progress=False)
         if device == "cuda":
             torch.cuda.synchronize()

@@ -25,8 +25,11 @@ class RunConfig(_Section):
 
 class ModelConfig(_Section):
     path: str = "embedded"  # "embedded", a local model folder, or a hub id
-    bf16: Literal["auto", "on", "off"] = "auto"  # bf16 autocast (CPU: where it supports it)
+    bf16: Literal["auto", "on", "off"] = "auto"  # bf16 autocast (auto: a GPU, or a CPU with AMX)
     max_context_tokens: int = Field(2048, ge=64)
+    # a prompt prefix many rows of a batch share (a game's rules) goes through the model once,
+    # in sampling and in the update (mars_core.prefix); false: every row in full
+    share_prefix: bool = True
 
 
 class SamplingOverride(_Section):

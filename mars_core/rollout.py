@@ -95,8 +95,10 @@ def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
     return {"player": p, "observation": obs, "prompt_ids": ids}
 
 
-def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed,
-            completion: Completion | None, prompts: PromptBuilder | None) -> None:
+def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed, completion: Completion | None,
+            prompts: PromptBuilder | None, sampling: SamplingParams | None = None) -> None:
+    """Record the turn `t` (a model's when `completion` is given, drawn with `sampling`) and
+    play its action unless the Action Validator refused it."""
     p, action, error = t["player"], verdict.action, verdict.error
     turn = {
         "episode_id": g.spec.episode_id, "game": g.spec.game, "turn": len(g.turns),
@@ -104,6 +106,8 @@ def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed,
         "observation": t["observation"], "prompt_ids": tuple(t["prompt_ids"]),
         "completion_ids": tuple(completion.token_ids) if completion else (),
         "logprobs": tuple(completion.logprobs) if completion else (),
+        **({"temperature": sampling.temperature, "top_p": sampling.top_p,
+            "top_k": sampling.top_k, "min_p": sampling.min_p} if sampling else {}),
         "reply": reply, "action": action or "", "valid": not error, "error": error,
         "error_detail": verdict.detail, "game_reward": g.unclaimed[p],
     }
@@ -219,7 +223,7 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] |
         for (g, t), c, p in zip(pending, completions, params):
             reply = prompts.prefill + c.text
             verdict = validate(g.adapter, g.state, reply, c.finish_reason, p.max_new_tokens)
-            _record(g, t, reply, verdict, c, prompts)
+            _record(g, t, reply, verdict, c, prompts, p)
     bar.close()
     return [done[i] for i in range(len(live))]
 

@@ -266,9 +266,10 @@ def run_worker(spec: dict) -> None:
     ref = (load_model(spec["reference"], dtype=ref_dtype).to(engine.device) if spec["reference"]
            else None)
     metrics = ppo_update(engine, ref, updater, load_samples(spec["samples"]), cfg.algorithm,
-                         cfg.optim, temperature=cfg.rollout.temperature,
-                         pad_id=load_tokenizer(spec["policy"]).pad_token_id, seed=spec["seed"],
-                         bf16=spec["bf16"], progress=False, rank=rank, world=world)
+                         cfg.optim, pad_id=load_tokenizer(spec["policy"]).pad_token_id,
+                         seed=spec["seed"], bf16=spec["bf16"],
+                         share_prefix=cfg.model.share_prefix, progress=False, rank=rank,
+                         world=world)
     _save(engine, spec, metrics, rank)
     dist.destroy_process_group()
 

@@ -52,6 +52,12 @@ class Turn:
     prompt_ids: tuple[int, ...] = ()
     completion_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
+    # how the completion was sampled (model turns; 0 for bots): a game may have its own
+    # settings (`per_game`), and the update takes log-probs at the turn's own temperature
+    temperature: float = 0.0
+    top_p: float = 0.0
+    top_k: int = 0
+    min_p: float = 0.0
     reply: str = ""
     action: str = ""  # the extracted action string ("" when invalid)
     valid: bool = True
@@ -88,7 +94,8 @@ TURN_SCHEMA = {
     "episode_id": pl.Utf8, "game": pl.Utf8, "turn": pl.Int64, "player": pl.Int64,
     "role": pl.Utf8, "agent": pl.Utf8, "observation": pl.Utf8,
     "prompt_ids": pl.List(pl.Int64), "completion_ids": pl.List(pl.Int64),
-    "logprobs": pl.List(pl.Float64), "reply": pl.Utf8, "action": pl.Utf8,
+    "logprobs": pl.List(pl.Float64), "temperature": pl.Float64, "top_p": pl.Float64,
+    "top_k": pl.Int64, "min_p": pl.Float64, "reply": pl.Utf8, "action": pl.Utf8,
     "valid": pl.Boolean, "error": pl.Utf8, "error_detail": pl.Utf8, "info": pl.Utf8,
     "eligible": pl.Boolean, "gate_reason": pl.Utf8, "game_reward": pl.Float64,
     "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,

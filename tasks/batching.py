@@ -113,7 +113,7 @@ def compute_advantages(run_dir: str, k: int) -> dict:
             with_adv = with_adv.filter(pl.col("advantage") != 0)
         samples = with_adv.select("step_id", "episode_id", "game", "player", "role", "turn",
                                   "reward", "advantage", "prompt_ids", "completion_ids",
-                                  "logprobs")
+                                  "logprobs", "temperature")
         samples.write_parquet(out / SAMPLES_FILE)
         adv = samples["advantage"]
         return metrics | {"batch/samples": float(len(samples)),

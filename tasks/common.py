@@ -93,7 +93,7 @@ def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Pat
     from mars_core.engines.hf import HFEngine
 
     return HFEngine.from_path(path, batch_size=cfg.rollout.engine_batch_size,
-                              autocast_bf16=use_bf16(cfg))
+                              autocast_bf16=use_bf16(cfg), share_prefix=cfg.model.share_prefix)
 
 
 _VLLM_ENGINES: dict[str, object] = {}  # engine.vllm settings -> its engine, one per process

@@ -100,7 +100,8 @@ def prepare_policy(run_dir: str) -> dict:
         model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
         losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg))
+                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg),
+                           share_prefix=cfg.model.share_prefix)
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
         save_model(out / "model", model, tok)
@@ -125,9 +126,9 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     metrics = {}
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
-                             samples, cfg.algorithm, cfg.optim,
-                             temperature=cfg.rollout.temperature, pad_id=tok.pad_token_id,
-                             seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg))
+                             samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
+                             seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg),
+                             share_prefix=cfg.model.share_prefix)
     save_model(out, model, tok)
     save_trainer_state(out, opt, sched, k)
     return metrics

@@ -12,6 +12,11 @@ Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed
 the call), and draws one uniform per token. So a completion depends on its prompt, the seed and
 its index only, not on batch size or the other prompts; identical prompts at different indices
 (a GRPO group) get different samples.
+
+Shared prefixes: prompts are batched in sorted order, so prompts that start alike (a game's
+rules text) land in one batch, and the prefill runs each shared prefix once
+(`mars_core.prefix.batch_forward`, `share_prefix`); the decode loop then continues on the
+gathered cache as on any other.
 """
 from __future__ import annotations
 
@@ -21,17 +26,20 @@ from contextlib import nullcontext
 import torch
 
 from mars_core.engines.base import request_seed
+from mars_core.prefix import batch_forward
 from mars_core.types import Completion, SamplingParams
 
 
 class HFEngine:
     """Batched sampler over a Hugging Face causal LM (see the module docstring)."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, autocast_bf16: bool = False):
+    def __init__(self, model, tokenizer, batch_size: int = 32, autocast_bf16: bool = False,
+                 share_prefix: bool = True):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.autocast_bf16 = autocast_bf16
+        self.share_prefix = share_prefix
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
@@ -42,14 +50,15 @@ class HFEngine:
 
     @classmethod
     def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
-                  autocast_bf16: bool = False, device: str | None = None) -> "HFEngine":
+                  autocast_bf16: bool = False, device: str | None = None,
+                  share_prefix: bool = True) -> "HFEngine":
         """Load model and tokenizer from a folder or hub id (see `mars_core.models`), onto
         `device` (default: the GPU where there is one)."""
         from mars_core.models import load_model, load_tokenizer
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = load_model(path, dtype=dtype).to(device)
-        return cls(model, load_tokenizer(path), batch_size, autocast_bf16)
+        return cls(model, load_tokenizer(path), batch_size, autocast_bf16, share_prefix)
 
     def tokens_per_second(self) -> float:
         """Generated tokens per wall-clock second over all calls so far."""
@@ -68,7 +77,9 @@ class HFEngine:
                 out[i] = Completion((), (), "", "context_overflow")
             else:
                 runnable.append(i)
-        runnable.sort(key=lambda i: len(prompts[i]))  # similar lengths: less padding
+        # prompts that start alike share a batch (and its prefix pass); else similar lengths
+        runnable.sort(key=(lambda i: tuple(prompts[i])) if self.share_prefix
+                      else (lambda i: len(prompts[i])))
         for start in range(0, len(runnable), self.batch_size):
             idx = runnable[start:start + self.batch_size]
             done = self._generate_batch([list(prompts[i]) for i in idx], idx, params)
@@ -81,26 +92,20 @@ class HFEngine:
         return out  # type: ignore[return-value]
 
     def _generate_batch(self, prompts, indices, params) -> list[Completion]:
-        """Prefill the left-padded batch, then decode one token at a time with the KV cache.
-        Finished rows are dropped from the batch (and cache) so they cost no more compute."""
-        n = len(prompts)
+        """Prefill the batch (left-padded, each shared prefix once), then decode one token at a
+        time with the KV cache. Finished rows are dropped from the batch (and cache) so they
+        cost no more compute."""
         seqs = [_Sequence(self, p, params, _generator(params.seed, i))
                 for p, i in zip(prompts, indices)]
         if params.max_new_tokens <= 0:
             return [s.result() for s in seqs]
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
-        active = list(range(n))  # rows of `seqs` still in the batch, in cache order
-        cache = None
+        active = list(range(len(prompts)))  # rows of `seqs` still in the batch, in cache order
         with torch.inference_mode(), self._autocast():
-            while active:
-                logits, cache = self._forward(ids, mask, positions, cache)
+            first = batch_forward(self.model, prompts, self.pad_id, logits_to_keep=1,
+                                  use_cache=True, share_prefix=self.share_prefix)
+            logits, cache = first.logits[:, -1, :].float().cpu(), first.cache
+            mask, positions = first.mask, first.positions[:, -1:]
+            while True:
                 tokens = [seqs[r].step(logits[k]) for k, r in enumerate(active)]
                 keep = [k for k, r in enumerate(active) if not seqs[r].finished]
                 if not keep:
@@ -113,7 +118,8 @@ class HFEngine:
                     active = [active[k] for k in keep]
                 ids = torch.tensor(tokens, dtype=torch.long, device=self.device).unsqueeze(1)
                 mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
-                positions = positions[:, -1:] + 1
+                positions = positions + 1
+                logits, cache = self._forward(ids, mask, positions, cache)
         self.stats["generated_tokens"] += sum(len(s.tokens) for s in seqs)
         return [s.result() for s in seqs]
 

@@ -91,8 +91,7 @@ def torch_path(worker_runs, tiny_model_dir):
     for k, batch in enumerate(batches):
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              load_samples(batch), cfg.algorithm, cfg.optim,
-                             temperature=cfg.rollout.temperature, pad_id=pad, seed=SEEDS[k],
-                             progress=False)
+                             pad_id=pad, seed=SEEDS[k], progress=False)
         after.append((copy.deepcopy(model.state_dict()), metrics))
     return after
 

@@ -55,6 +55,9 @@ def test_mixed_preset_trains_through_the_post_episode_stages(tmp_path, prefect_a
     assert not bot_turns["eligible"].any()
     samples = pl.read_parquet(it / "compute_advantages/samples.parquet")
     assert set(samples["game"]) <= {"tic_tac_toe", "colonel_blotto"}
+    # each sample carries the temperature it was drawn at: Blotto's own 1.0, the run's 0.6
+    assert set(samples.select("game", "temperature").unique().iter_rows()) <= {
+        ("tic_tac_toe", 0.6), ("colonel_blotto", 1.0)}
     eligible = turns.filter(pl.col("eligible") & (pl.col("agent") == "policy"))
     assert len(samples) == len(eligible.filter(pl.col("completion_ids").list.len() > 0))
     # each trained seat keeps its whole return: a tokenless step's reward (a context overflow's

@@ -10,7 +10,8 @@ import torch
 
 from mars_core.config_train import AlgorithmConfig, OptimConfig, TrainerConfig
 from mars_core.engines.hf import HFEngine
-from mars_core.trainer import Sample, TorchUpdater, make_optimizer, ppo_update, sequence_logprobs
+from mars_core.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
+                               sequence_logprobs)
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.gpu
@@ -23,7 +24,7 @@ def test_engine_samples_on_the_gpu_with_matching_logprobs(tiny_model_dir):
     done = engine.generate(prompts, SamplingParams(temperature=1.0, top_p=1.0, top_k=0,
                                                    max_new_tokens=8, seed=1))
     for p, c in zip(prompts, done):
-        logp, _ = sequence_logprobs(engine.model, [Sample(tuple(p), c.token_ids, 0.0)], 1.0, 0)
+        logp, _ = sequence_logprobs(engine.model, [Sample(tuple(p), c.token_ids, 0.0)], Forward(0))
         assert torch.allclose(logp[0].cpu(), torch.tensor(c.logprobs), atol=1e-4)
 
 
@@ -49,6 +50,6 @@ def test_a_bf16_ppo_step_on_the_gpu(backend, tiny_model_dir):
     before = [p.detach().float().clone() for p in model.parameters()]
     samples = [Sample((1, 2, 3), (4, 5), 1.0), Sample((6, 7), (8, 9, 10), -1.0)]
     m = ppo_update(model, None, updater, samples, AlgorithmConfig(kl_coef=0.0), optim,
-                   temperature=1.0, pad_id=0, seed=0, bf16=backend == "torch", progress=False)
+                   pad_id=0, seed=0, bf16=backend == "torch", progress=False)
     assert m["optimizer_steps"] == 1 and torch.isfinite(torch.tensor(m["loss"]))
     assert any(not torch.equal(b, p.detach().float()) for b, p in zip(before, model.parameters()))

@@ -1,10 +1,12 @@
-"""What reaches the update: the penalties of replies that have no tokens to train on."""
+"""What reaches the update: the penalties of replies that have no tokens to train on, and the
+sampling settings each reply was drawn with."""
 from __future__ import annotations
 
 import random
 
 import polars as pl
 import pytest
+import torch
 
 from mars_core.batching import trainable_steps
 from mars_core.config import RewardsConfig
@@ -71,3 +73,32 @@ def test_bots_and_gated_steps_stay_out(tokenizer):
     # seat 1 is a bot, seat 0's overflow is gated: only turn 0 remains, with its own reward
     assert steps["turn"].to_list() == [0] and steps["reward"].to_list() == [pytest.approx(0.05)]
     assert counts == {"carried": 0, "lost": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-game sampling settings reach the update
+
+
+def test_update_takes_logprobs_at_each_games_own_temperature(tiny_model_dir, tokenizer):
+    """Kuhn is sampled at 1.5 (its `per_game` setting), Tic-Tac-Toe at the run's 0.6: each
+    sample's recomputed log-probs equal what the sampler recorded, so the first PPO ratio is 1
+    and the KL is taken against the distribution the reply was drawn from."""
+    from mars_core.engines.hf import HFEngine
+    from mars_core.trainer import Forward, Sample, sequence_logprobs
+
+    engine = HFEngine.from_path(tiny_model_dir)
+    specs = [EpisodeSpec(f"{g}-{i}", g, i, ("policy", "policy"))
+             for g in ("tic_tac_toe", "kuhn_poker") for i in range(3)]
+    base = SamplingParams(temperature=0.6, top_p=1.0, top_k=0, max_new_tokens=6, seed=1)
+    kuhn = SamplingParams(temperature=1.5, top_p=0.9, top_k=20, max_new_tokens=6, seed=1)
+    episodes = play_episodes(specs, engine, PromptBuilder(tokenizer, "answer"), base,
+                             per_game={"kuhn_poker": kuhn}, progress=False)
+    turns = [t for ep in episodes for t in ep.turns]
+    assert {(t.game, t.temperature, t.top_p, t.top_k) for t in turns} == {
+        ("tic_tac_toe", 0.6, 1.0, 0), ("kuhn_poker", 1.5, 0.9, 20)}
+    samples = [Sample(t.prompt_ids, t.completion_ids, 0.0, t.game, t.temperature) for t in turns]
+    with torch.no_grad():
+        logp, mask = sequence_logprobs(engine.model, samples, Forward(tokenizer.pad_token_id))
+    for row, t in enumerate(turns):
+        got = logp[row][mask[row].bool()]
+        assert torch.allclose(got, torch.tensor(t.logprobs, dtype=got.dtype), atol=1e-4), t.game

@@ -1,6 +1,7 @@
 """The PPO update on a tiny random model: parameters move, micro-batching doesn't change it
 (for every loss aggregation, with and without KL), PPO epochs, entropy, optional reference."""
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from mars_core.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.losses import AGGREGATIONS, aggregate
 from mars_core.models import load_model
-from mars_core.trainer import (Sample, TorchUpdater, _chunks, _plan, _rank_chunks, _step,
+from mars_core.trainer import (Forward, Sample, TorchUpdater, _chunks, _plan, _rank_chunks, _step,
                                enable_gradient_checkpointing, lr_lambda, make_optimizer,
                                ppo_update, sequence_logprobs)
 
@@ -25,6 +26,11 @@ def _samples(n=8, seed=0):
     return out
 
 
+def at(samples, temperature):
+    """The samples as if drawn at `temperature`."""
+    return [replace(s, temperature=temperature) for s in samples]
+
+
 @pytest.fixture
 def model(tiny_model_dir):
     torch.manual_seed(0)
@@ -32,8 +38,8 @@ def model(tiny_model_dir):
 
 
 def test_sequence_logprobs_match_unpadded_forward(model):
-    samples = _samples(4)
-    logp, mask = sequence_logprobs(model, samples, 0.7, pad_id=0)
+    samples = at(_samples(4), 0.7)
+    logp, mask = sequence_logprobs(model, samples, Forward(0))
     for i, s in enumerate(samples):
         ids = torch.tensor([list(s.prompt_ids) + list(s.completion_ids)])
         logits = model(input_ids=ids).logits[0, :-1] / 0.7
@@ -47,9 +53,9 @@ def test_every_parameter_changes_after_one_step(model):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optim = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=4)
     opt, sched = make_optimizer(model, optim, total_steps=4)
-    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip), _samples(),
-                   AlgorithmConfig(), optim, temperature=0.6,
-                   pad_id=0, seed=0, progress=False)
+    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip),
+                   at(_samples(), 0.6), AlgorithmConfig(), optim, pad_id=0, seed=0,
+                   progress=False)
     assert {"loss", "kl", "grad_norm", "lr", "clip_frac"} <= set(m)
     unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
     assert unchanged == []
@@ -67,7 +73,7 @@ def _grads_after(model, micro, samples):
     opt.register_step_pre_hook(lambda *_: capture())
     ppo_update(model, model, TorchUpdater(model, opt, sched, optim.grad_clip), samples,
                AlgorithmConfig(kl_coef=0.0), optim,
-               temperature=1.0, pad_id=0, seed=0, progress=False)
+               pad_id=0, seed=0, progress=False)
     return captured
 
 
@@ -89,7 +95,7 @@ def test_trainer_state_round_trip(model, tmp_path):
     opt, sched = make_optimizer(model, optim, total_steps=5)
     ppo_update(model, model, TorchUpdater(model, opt, sched, optim.grad_clip), _samples(4),
                AlgorithmConfig(kl_coef=0.0), optim,
-               temperature=1.0, pad_id=0, seed=0, progress=False)
+               pad_id=0, seed=0, progress=False)
     save_trainer_state(tmp_path, opt, sched, iteration=3)
     opt2, sched2 = make_optimizer(model, optim, total_steps=5)
     assert load_trainer_state(tmp_path, opt2, sched2) == 3
@@ -100,9 +106,9 @@ def test_trainer_state_round_trip(model, tmp_path):
 
 
 def test_sequence_logprobs_entropy_matches_unpadded_forward(model):
-    samples = _samples(3, seed=1)
-    logp, mask = sequence_logprobs(model, samples, 0.7, pad_id=0)
-    logp2, mask2, ent = sequence_logprobs(model, samples, 0.7, pad_id=0, with_entropy=True)
+    samples = at(_samples(3, seed=1), 0.7)
+    logp, mask = sequence_logprobs(model, samples, Forward(0))
+    logp2, mask2, ent = sequence_logprobs(model, samples, Forward(0), with_entropy=True)
     assert torch.equal(logp, logp2) and torch.equal(mask, mask2) and ent.shape == logp.shape
     for i, s in enumerate(samples):
         ids = torch.tensor([list(s.prompt_ids) + list(s.completion_ids)])
@@ -122,9 +128,8 @@ def _sgd(model):
 def _params_after(model, samples, algo, optim, ref=None, sgd=True, seed=0):
     model = copy.deepcopy(model)
     opt, sched = _sgd(model) if sgd else make_optimizer(model, optim, total_steps=8)
-    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip), samples, algo,
-                   optim, temperature=0.8, pad_id=0,
-                   seed=seed, progress=False)
+    m = ppo_update(model, ref, TorchUpdater(model, opt, sched, optim.grad_clip),
+                   at(samples, 0.8), algo, optim, pad_id=0, seed=seed, progress=False)
     return {n: p.detach().clone() for n, p in model.named_parameters()}, m, sched
 
 
@@ -202,8 +207,7 @@ def test_old_and_reference_logprobs_are_computed_once(model, perturbed_ref, epoc
     algo = AlgorithmConfig(kl_coef=0.2, ppo_epochs=epochs)
     optim = OptimConfig(micro_batch_size=3, minibatches=minibatches)
     ppo_update(policy, perturbed_ref, TorchUpdater(policy, opt, sched, optim.grad_clip),
-               _samples(8), algo, optim, temperature=1.0,
-               pad_id=0, seed=0, progress=False)
+               _samples(8), algo, optim, pad_id=0, seed=0, progress=False)
     assert rows == {True: 8 * epochs, False: old_rows}
     assert ref_rows == {True: 0, False: 8}  # once per sample, not per epoch or minibatch
 
@@ -226,7 +230,7 @@ def test_entropy_is_computed_and_reported_only_when_its_coefficient_is_on(model)
     algo = AlgorithmConfig(kl_coef=0.0, entropy_coef=0.5, loss_aggregation="token_mean")
     on, m_on, _ = _params_after(model, samples, algo, optim)
     with torch.no_grad():
-        _, mask, ent = sequence_logprobs(model, samples, 0.8, pad_id=0, with_entropy=True)
+        _, mask, ent = sequence_logprobs(model, at(samples, 0.8), Forward(0), with_entropy=True)
     assert m_on["entropy"] == pytest.approx(float(aggregate(ent, mask, "token_mean")), rel=1e-4)
     assert m_on["loss"] == pytest.approx(m_on["pg_loss"] - 0.5 * m_on["entropy"], rel=1e-4)
     assert _max_diff(on, off) > 1e-5  # the bonus changes the update
@@ -237,11 +241,11 @@ def test_no_reference_needed_without_kl(model):
     opt, sched = _sgd(policy)
     updater = TorchUpdater(policy, opt, sched, grad_clip=1.0)
     m = ppo_update(policy, None, updater, _samples(4), AlgorithmConfig(kl_coef=0.0),
-                   OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)
+                   OptimConfig(), pad_id=0, seed=0, progress=False)
     assert m["kl"] == 0.0 and m["optimizer_steps"] == 1.0
     with pytest.raises(ValueError, match="reference model"):
         ppo_update(policy, None, updater, _samples(4), AlgorithmConfig(kl_coef=0.2),
-                   OptimConfig(), temperature=1.0, pad_id=0, seed=0, progress=False)
+                   OptimConfig(), pad_id=0, seed=0, progress=False)
 
 
 @pytest.mark.parametrize("n,micro,world", [(5, 2, 2), (8, 3, 3), (1, 2, 2), (7, 1, 4)])
@@ -261,18 +265,19 @@ def _rank_grads(model, ref_logps, old_logps, samples, mb, algo, optim, rank, wor
     model = copy.deepcopy(model)
     up = TorchUpdater(model, *_sgd(model), grad_clip=1.0)
     up.zero_grad()
-    m = _step(model, up, ref_logps, old_logps, samples, mb, algo, optim, 0.8, 0, False, rank, world)
+    m = _step(model, up, ref_logps, old_logps, samples, mb, algo, optim, Forward(0), rank, world)
     return {n: p.grad.clone() for n, p in model.named_parameters()}, m
 
 
 def test_ranks_gradients_average_to_the_one_process_gradient(model, perturbed_ref):
     """DeepSpeed averages the ranks' gradients; each rank's loss carries a factor `world`, so
     the average is the one-big-batch gradient, and the metric sums add up over ranks."""
-    samples, optim = _samples(7), OptimConfig(micro_batch_size=2)
+    samples, optim = at(_samples(7), 0.8), OptimConfig(micro_batch_size=2)
     algo = AlgorithmConfig(kl_coef=0.3, loss_aggregation="token_mean")
     mb = list(range(7))
     with torch.no_grad():
-        ref = {i: sequence_logprobs(perturbed_ref, [s], 0.8, 0)[0][0] for i, s in enumerate(samples)}
+        ref = {i: sequence_logprobs(perturbed_ref, [s], Forward(0))[0][0]
+               for i, s in enumerate(samples)}
     one, m1 = _rank_grads(model, ref, None, samples, mb, algo, optim, 0, 1)
     parts = [_rank_grads(model, ref, None, samples, mb, algo, optim, r, 3) for r in range(3)]
     for name in one:
@@ -302,7 +307,7 @@ def test_world_one_never_touches_torch_distributed(model, monkeypatch):
     _params_after(model, _samples(6), algo, OptimConfig(micro_batch_size=2, minibatches=2), ref=model)
     with pytest.raises(ValueError, match="rank 2 is not in"):
         ppo_update(model, None, None, _samples(2), AlgorithmConfig(kl_coef=0.0), OptimConfig(),
-                   temperature=1.0, pad_id=0, seed=0, progress=False, rank=2, world=2)
+                   pad_id=0, seed=0, progress=False, rank=2, world=2)
 
 
 def test_gradient_checkpointing_helper_gives_the_same_gradients(model):

@@ -11,7 +11,7 @@ from mars_core.engines.vllm_server import VLLMEngine, VLLMError
 from mars_core.models import load_model
 from mars_core.rollout import PromptBuilder, play_episodes
 from mars_core.samplers import plan_episodes
-from mars_core.trainer import Sample, sequence_logprobs, sft_steps
+from mars_core.trainer import Forward, Sample, sequence_logprobs, sft_steps
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm
@@ -24,8 +24,8 @@ def engine(server, tokenizer, served_model):
 
 
 def _hf_logprobs(model, prompt, completion, temperature, pad_id):
-    logp, _ = sequence_logprobs(model, [Sample(tuple(prompt), tuple(completion), 0.0)],
-                                temperature, pad_id)
+    sample = Sample(tuple(prompt), tuple(completion), 0.0, temperature=temperature)
+    logp, _ = sequence_logprobs(model, [sample], Forward(pad_id))
     return logp[0]
 
 

@@ -1,0 +1,156 @@
+"""Shared prompt prefixes: one forward pass through a prefix that many rows of a batch share.
+
+Every prompt of a game starts with the same chat-template header and rules text (a seat's
+rules: ~190 of ~300 tokens in Tic-Tac-Toe), so a batch of turns repeats the same tokens
+again and again. `batch_forward` finds the shared prefixes of a batch (`plan_prefixes`), runs
+each distinct prefix once, gives every row the keys and values of its prefix (a gather: the
+backward pass adds the rows' gradients into the one prefix computation) and runs only the
+rest of each row on top. The sampler (`engines.hf`) and the trainer (`trainer`) both call
+it, so sampling and the update see the same numbers up to float summation order.
+
+Layout of row i after the call (P = the longest prefix, W = the longest rest):
+
+    [ pad ... prefix_i | pad ... rest_i ]      attention mask 0 on the pads
+      positions 0 .. len(prefix_i) - 1, then len(prefix_i) .. len(prefix_i) + len(rest_i) - 1
+
+Keys carry their rotary positions, so padding in the middle changes nothing. A batch where
+no prefix pays for itself runs as one left-padded forward, as before.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+MIN_SHARED = 32  # tokens a group must share before a separate prefix pass is worth it
+OVERHEAD = 16  # the cost, in tokens, charged for each extra prefix row
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def plan_prefixes(seqs: Sequence[Sequence[int]], own: Sequence[int] | None = None,
+                  min_shared: int = MIN_SHARED) -> list[int]:
+    """How many leading tokens of each row come from a shared prefix (0 for every row when
+    sharing does not pay). Row i keeps its last `own[i]` tokens (default 1) out of its prefix:
+    those are the positions whose logits its caller reads.
+
+    Rows are sorted (lexicographically, so rows with a common prefix are neighbours); a run of
+    neighbours shares the smallest common prefix of its pairs, capped by what its rows must
+    keep. A run is kept whole when that costs fewer token positions (its prefix once, plus
+    each row's rest, plus `OVERHEAD`) than splitting it at its weakest link, recursively. When
+    any group shares `min_shared` tokens or more, every other row gets a one-token prefix (its
+    first token), so the layout is the same for all rows."""
+    n = len(seqs)
+    own = list(own) if own is not None else [1] * n
+    cap = [len(s) - max(1, k) for s, k in zip(seqs, own)]  # the longest prefix each row allows
+    if n < 2 or min(cap) < 1:
+        return [0] * n
+    order = sorted(range(n), key=lambda i: tuple(seqs[i]))
+    links = [_lcp(seqs[a], seqs[b]) for a, b in zip(order, order[1:])]
+    lengths = [0] * n
+
+    def best(lo: int, hi: int) -> tuple[int, list[tuple[int, int, int]]]:
+        """Cost and (lo, hi, prefix) groups for sorted rows lo..hi (inclusive)."""
+        rows = order[lo:hi + 1]
+        plain = sum(len(seqs[i]) for i in rows)
+        if lo == hi:
+            return plain, []
+        weakest = min(links[lo:hi])
+        p = min(weakest, min(cap[i] for i in rows))
+        whole = p + plain - p * len(rows) + OVERHEAD if p >= min_shared else plain
+        cost, groups = 0, []
+        start = lo
+        for j in range(lo, hi + 1):  # split at every weakest link
+            if j == hi or links[j] == weakest:
+                c, g = best(start, j)
+                cost, groups = cost + c, groups + g
+                start = j + 1
+        if p >= min_shared and whole <= cost:
+            return whole, [(lo, hi, p)]
+        return cost, groups
+
+    _, groups = best(0, n - 1)
+    if not groups:
+        return lengths
+    lengths = [1] * n
+    for lo, hi, p in groups:
+        for i in order[lo:hi + 1]:
+            lengths[i] = p
+    return lengths
+
+
+@dataclass
+class BatchOutput:
+    """`logits` [B, keep, V] of the last `keep` positions; `cache` of every position (None
+    unless asked for); `mask` and `positions` [B, L] of the whole layout (for decoding on)."""
+
+    logits: torch.Tensor
+    cache: object
+    mask: torch.Tensor
+    positions: torch.Tensor
+
+
+def _checkpointing(model) -> bool:
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def _left_padded(rows: Sequence[Sequence[int]], pad_id: int, device):
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_to_keep: int,
+                  own: Sequence[int] | None = None, use_cache: bool = False,
+                  share_prefix: bool = True, min_shared: int = MIN_SHARED) -> BatchOutput:
+    """One forward pass over `seqs` (left-padded: every row ends at the last position), through
+    each shared prefix once when `share_prefix` and `plan_prefixes` finds one worth it.
+    Of the last `logits_to_keep` positions, row i's last `own[i]` (default: all of them) are
+    exact; earlier ones may lie inside its prefix and hold padding (the trainer reads a
+    completion plus one position per row, the sampler one).
+    Gradients flow as in the plain pass (through the gathered prefix keys and values). A model
+    training with gradient checkpointing runs the plain pass: its checkpointed layers drop
+    `past_key_values`, which would silently cut the rows off their prefix."""
+    device = next(model.parameters()).device
+    share_prefix = share_prefix and not (model.training and _checkpointing(model))
+    own = list(own) if own is not None else [min(logits_to_keep, len(s)) for s in seqs]
+    lengths = plan_prefixes(seqs, own, min_shared) if share_prefix else [0] * len(seqs)
+    if not any(lengths):
+        ids, mask = _left_padded(seqs, pad_id, device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    use_cache=use_cache, logits_to_keep=logits_to_keep)
+        return BatchOutput(out.logits, out.past_key_values if use_cache else None, mask,
+                           positions)
+    from transformers import DynamicCache
+
+    prefixes: dict[tuple[int, ...], int] = {}
+    group = [prefixes.setdefault(tuple(s[:n]), len(prefixes)) for s, n in zip(seqs, lengths)]
+    p_ids, p_mask = _left_padded(list(prefixes), pad_id, device)
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+    head = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True,
+                 logits_to_keep=1).past_key_values
+    rows = torch.tensor(group, dtype=torch.long, device=device)
+    kv = [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
+          for layer in head.layers]
+    cache = DynamicCache(ddp_cache_data=kv, config=getattr(model, "config", None))
+    s_ids, s_mask = _left_padded([s[n:] for s, n in zip(seqs, lengths)], pad_id, device)
+    offset = torch.tensor(lengths, dtype=torch.long, device=device).unsqueeze(1)
+    s_pos = offset + (s_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([p_mask.index_select(0, rows), s_mask], dim=1)
+    out = model(input_ids=s_ids, attention_mask=mask, position_ids=s_pos, past_key_values=cache,
+                use_cache=use_cache, logits_to_keep=logits_to_keep)
+    positions = torch.cat([p_pos.index_select(0, rows), s_pos], dim=1)
+    return BatchOutput(out.logits, out.past_key_values if use_cache else None, mask, positions)

@@ -6,6 +6,7 @@
         -> bank_episodes -> build_batch -> compute_advantages -> replays (HTML pages)
         -> train_step -> save_checkpoint -> (every k) evaluate
     register the final checkpoint (alias `candidate`)
+    the start policy against the final one, on the same deals (when both were evaluated)
 
 Every stage is resumable: running the flow again on the same run directory skips finished
 stages and continues at the first unfinished one.
@@ -19,7 +20,7 @@ from prefect import flow
 from mars_core.config import load_config
 from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.common import initial_policy, shutdown_engines
-from tasks.evaluate import evaluate
+from tasks.evaluate import compare_strength, evaluate
 from tasks.paths import checkpoint_dir, prepare_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
@@ -59,6 +60,9 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     set_terminated(Path(run_dir), run_id)
     print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
           f"{result['model_version']} has the alias 'candidate'")
+    if result["strength"]:
+        print("strength, start policy vs final policy (normalized return 0-100, 95% intervals; "
+              "* = the paired difference clears twice its half-width):\n" + result["strength"])
     return {"run_dir": run_dir, "mlflow_run_id": run_id, **result}
 
 
@@ -78,4 +82,6 @@ def _iterations(run_dir: str, cfg) -> dict:
         if every and ((k + 1) % every == 0 or k + 1 == n):
             last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))
         print(summary_line(k, n, last))
-    return {"model_version": register_final(run_dir), **last}
+    version = register_final(run_dir)
+    strength = compare_strength(run_dir) if every and cfg.evaluation.at_start else ""
+    return {"model_version": version, "strength": strength, **last}

@@ -218,11 +218,11 @@ class WarmupConfig(_Section):
 class EvaluationConfig(_Section):
     every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
     at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
-    # game -> opponent; a game not named here meets its first default opponent
-    # (evaluation.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four bot:mcts-10, poker
-    # bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat, Codenames and Mafia
-    # bot:random)
-    opponents: dict[str, str] = Field(default_factory=dict)
+    # game -> opponent, or a list of opponents; a game not named here meets its first default
+    # opponent (evaluation.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four
+    # bot:mcts-10, poker bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat,
+    # Codenames and Mafia bot:random)
+    opponents: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)
     games_per_seat: int = Field(8, ge=1)
     temperature: float = Field(0.6, ge=0)
 
@@ -231,15 +231,21 @@ class EvaluationConfig(_Section):
         from mars_core.games.bots import check_opponent
         from mars_core.games.registry import check_game
 
-        for game, opponent in self.opponents.items():
+        for game, opponents in self.opponents.items():
             check_game(game)
-            check_opponent(opponent, game)
+            if not isinstance(opponents, str) and not opponents:
+                raise ValueError(f"evaluation.opponents: no opponent for {game}")
+            for opponent in (opponents,) if isinstance(opponents, str) else opponents:
+                check_opponent(opponent, game)
         return self
 
-    def opponent_for(self, game: str) -> str:
+    def opponents_for(self, game: str) -> tuple[str, ...]:
         from mars_core.evaluation import DEFAULT_OPPONENTS
 
-        return self.opponents.get(game) or DEFAULT_OPPONENTS[game][0]
+        named = self.opponents.get(game)
+        if named is None:
+            return DEFAULT_OPPONENTS[game][:1]
+        return (named,) if isinstance(named, str) else tuple(named)
 
 
 class TrackingConfig(_Section):

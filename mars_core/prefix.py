@@ -97,6 +97,17 @@ class BatchOutput:
     positions: torch.Tensor
 
 
+def _hf_config(model):
+    """The transformers config under wrappers (a DeepSpeed engine's own `config` is a dict)."""
+    from transformers import PretrainedConfig
+
+    for m in (model, getattr(model, "module", None)):
+        cfg = getattr(m, "config", None)
+        if isinstance(cfg, PretrainedConfig):
+            return cfg
+    return None
+
+
 def _checkpointing(model) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
@@ -145,7 +156,7 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
     rows = torch.tensor(group, dtype=torch.long, device=device)
     kv = [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
           for layer in head.layers]
-    cache = DynamicCache(ddp_cache_data=kv, config=getattr(model, "config", None))
+    cache = DynamicCache(ddp_cache_data=kv, config=_hf_config(model))
     s_ids, s_mask = _left_padded([s[n:] for s, n in zip(seqs, lengths)], pad_id, device)
     offset = torch.tensor(lengths, dtype=torch.long, device=device).unsqueeze(1)
     s_pos = offset + (s_mask.cumsum(-1) - 1).clamp(min=0)

@@ -36,7 +36,18 @@ class EpisodeSpec:
 
 class PromptBuilder:
     """Chat-templated prompt ids for a seat's conversation, plus the assistant prefill
-    (`<answer>` for models that don't think, `<think>\\n` for thinking models)."""
+    (`<answer>` for models that don't think, `<think>\\n` for thinking models).
+
+    With `keep_history` (MARS) a seat's conversation grows token by token: its next prompt is
+    its previous prompt, its reply's tokens exactly as they were sampled (reasoning included),
+    then the template's end of that turn, the next observation and the generation prompt
+    (`follow_up_ids`). The template is never applied again to earlier turns, so a template
+    that drops earlier reasoning (Qwen3's removes every `<think>` block but the last turn's)
+    cannot take it out of the conversation: the model keeps seeing its own reasoning, as
+    SPEC section 1 asks, and trains on the exact tokens it was prompted with. Without
+    `keep_history` each prompt is the rules and the current observation only."""
+
+    MARKER = "MARS-REPLY-MARKER"  # stands for a reply when reading the template's turn ending
 
     def __init__(self, tokenizer, prefill: str = "answer", keep_history: bool = True,
                  max_context_tokens: int = 2048) -> None:
@@ -44,11 +55,36 @@ class PromptBuilder:
         self.prefill = PREFILLS[prefill]
         self.keep_history = keep_history
         self.max_context_tokens = max_context_tokens
+        self.eos_ids = {tokenizer.eos_token_id} - {None}
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True)
         return self.tokenizer.encode(text + self.prefill, add_special_tokens=False)
+
+    def follow_up_ids(self, conversation: list[int], observation: str) -> list[int]:
+        """The next prompt of a seat whose conversation so far (its last prompt and reply, as
+        token ids) is `conversation`: the template's end of the reply's turn, then the next
+        user turn with `observation`, the generation prompt and the prefill. A trailing
+        end-of-sequence token of the reply is dropped (the template writes its own end)."""
+        probe = [{"role": "system", "content": "rules"}, {"role": "user", "content": "state"},
+                 {"role": "assistant", "content": self.MARKER},
+                 {"role": "user", "content": observation}]
+        text = self.tokenizer.apply_chat_template(probe, tokenize=False,
+                                                  add_generation_prompt=True)
+        tail = text[text.rindex(self.MARKER) + len(self.MARKER):]
+        while conversation and conversation[-1] in self.eos_ids:
+            conversation = conversation[:-1]
+        return list(conversation) + self.tokenizer.encode(tail + self.prefill,
+                                                          add_special_tokens=False)
+
+    def reply_ids(self, reply: str, completion: Completion | None) -> list[int]:
+        """A reply's tokens after the prompt's prefill: as sampled, or (a bot's move, recorded
+        for the warm-up) its text encoded."""
+        if completion is not None:
+            return list(completion.token_ids)
+        body = reply[len(self.prefill):] if reply.startswith(self.prefill) else reply
+        return self.tokenizer.encode(body, add_special_tokens=False)
 
 
 @dataclass
@@ -59,8 +95,9 @@ class _Live:
     adapter: gb.GameAdapter
     state: object
     bots: dict[int, object]
-    messages: list[list[dict]]
+    rules: list[str]  # each seat's system message
     moves_since: list[list[tuple[int, str]]]
+    conversation: list[list[int]] = field(default_factory=list)  # keep_history: ids so far
     turns: list[dict] = field(default_factory=list)
     last_turn_of: dict[int, int] = field(default_factory=dict)
     unclaimed: list[float] = field(default_factory=list)
@@ -76,8 +113,8 @@ def _start(spec: EpisodeSpec) -> _Live:
             if is_bot(a)}
     n = adapter.num_players
     return _Live(spec, adapter, adapter.new_state(spec.seed), bots,
-                 messages=[[{"role": "system", "content": adapter.rules(p)}] for p in range(n)],
-                 moves_since=[[] for _ in range(n)], unclaimed=[0.0] * n)
+                 rules=[adapter.rules(p) for p in range(n)], moves_since=[[] for _ in range(n)],
+                 conversation=[[] for _ in range(n)], unclaimed=[0.0] * n)
 
 
 def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
@@ -85,13 +122,13 @@ def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
     p = g.adapter.current_player(g.state)
     obs = g.adapter.observation(g.state, p, g.moves_since[p])
     g.moves_since[p] = []
-    user = {"role": "user", "content": obs}
-    if prompts is not None and prompts.keep_history:
-        g.messages[p].append(user)
-        convo = g.messages[p]
+    if prompts is None:
+        ids = []
+    elif prompts.keep_history and g.conversation[p]:
+        ids = prompts.follow_up_ids(g.conversation[p], obs)
     else:
-        convo = [g.messages[p][0], user]
-    ids = prompts.prompt_ids(convo) if prompts is not None else []
+        ids = prompts.prompt_ids([{"role": "system", "content": g.rules[p]},
+                                  {"role": "user", "content": obs}])
     return {"player": p, "observation": obs, "prompt_ids": ids}
 
 
@@ -115,7 +152,7 @@ def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed, completion: Compl
     g.last_turn_of[p] = len(g.turns)
     g.turns.append(turn)
     if prompts is not None and prompts.keep_history:
-        g.messages[p].append({"role": "assistant", "content": reply})
+        g.conversation[p] = list(t["prompt_ids"]) + prompts.reply_ids(reply, completion)
     if error:
         g.error_player, g.error = p, error
         return

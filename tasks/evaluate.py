@@ -1,5 +1,6 @@
-"""Task: the policy against each training game's evaluation opponent in every seat (the same
-code as `mars eval strategic`), logged to a nested MLflow run."""
+"""Task: the policy against each training game's evaluation opponents in every seat (the same
+code as `mars eval strategic`), logged to a nested MLflow run. Every evaluation of a run plays
+the same deals (one game seed for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,17 +8,23 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.evaluation import run_suite
+from mars_core.evaluation import run_suite, strength_markdown, strength_rows
 from mars_core.reports import transcript
 from mars_core.stages import write_json
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
-from tasks.paths import read_config
-from tasks.rollout import write_episodes
+from tasks.paths import read_config, stage_dir
+from tasks.rollout import read_episodes, write_episodes
 from tasks.tracking import log_artifacts, log_metrics_once, nested_run
 
 STAGE = "evaluate"
 _KEYS = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "mean_return", "ci95",
          "normalized_return")
+
+
+def eval_prefix(cfg, game: str, opponent: str) -> str:
+    """`eval/<game>/`, or `eval/<game>/<opponent>/` where the game has several opponents."""
+    several = len(cfg.evaluation.opponents_for(game)) > 1
+    return f"eval/{game}/{opponent}/" if several else f"eval/{game}/"
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -28,7 +35,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 
     def body(out: Path) -> dict:
         engine = make_engine(cfg, policy, log_dir=Path(run_dir))
-        suite = {game: (e.opponent_for(game),) for game in cfg.rollout.games}
+        suite = {game: e.opponents_for(game) for game in cfg.rollout.games}
         records, episodes = run_suite(
             suite, policy, engine, prompt_builder(cfg, engine.tokenizer),
             sampling(cfg, derive_seed(cfg, step, 5), e.temperature), e.games_per_seat,
@@ -43,9 +50,39 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         for f in sorted(out.iterdir()):  # re-logging after a crash overwrites
             if f.name == "results.json" or f.name.startswith("transcripts_"):
                 log_artifacts(run_dir, f, "", run_id=child)
-        return {f"eval/{r['game']}/seat{r['seat']}_{key}": r[key] for r in records for key in _KEYS}
+        return {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}": r[key]
+                for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
     metrics = run_stage(run_dir, k, STAGE, body, step=step)
     log_metrics_once(run_dir, metrics, step, run_id=child)
     return metrics
+
+
+@task(name="compare_strength", cache_policy=NO_CACHE)
+def compare_strength(run_dir: str) -> str:
+    """The start policy against the final checkpoint on the same deals (`final/strength/`):
+    each one's normalized return with its 95% interval and their paired difference, per game
+    and opponent; logged as `strength/<game>/<opponent>/{start,final,diff,diff_ci95}` and the
+    table. Returns the table (Markdown)."""
+    cfg = read_config(Path(run_dir))
+    last = cfg.run.iterations - 1
+
+    def body(out: Path) -> dict:
+        rows = strength_rows({"start": read_episodes(stage_dir(run_dir, "init", STAGE)),
+                              "final": read_episodes(stage_dir(run_dir, last, STAGE))}, "start")
+        write_json(out / "strength.json", rows)
+        (out / "strength.md").write_text(strength_markdown(rows, "start"))
+        for name in ("strength.json", "strength.md"):
+            log_artifacts(run_dir, out / name, "strength")
+        start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}
+        metrics = {}
+        for r in (r for r in rows if r["policy"] == "final"):
+            key = f"strength/{r['game']}/{r['opponent']}"
+            metrics |= {f"{key}/start": start[(r["game"], r["opponent"])]["normalized_return"],
+                        f"{key}/final": r["normalized_return"], f"{key}/diff": r["diff"],
+                        f"{key}/diff_ci95": r["diff_ci95"]}
+        return metrics
+
+    run_stage(run_dir, "final", "strength", body, step=cfg.run.iterations)
+    return (stage_dir(run_dir, "final", "strength") / "strength.md").read_text()

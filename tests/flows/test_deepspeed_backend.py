@@ -44,7 +44,8 @@ def _write_samples(path: Path, n: int, seed: int) -> Path:
         p = torch.randint(5, 200, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g)
         c = torch.randint(5, 200, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g)
         rows.append({"prompt_ids": p.tolist(), "completion_ids": c.tolist(),
-                     "advantage": float(i % 3) - 1.0, "game": "ab"[i % 2]})
+                     "advantage": float(i % 3) - 1.0, "game": "ab"[i % 2],
+                     "temperature": (0.6, 1.0)[i % 2]})  # game b sampled at its own 1.0
     pl.DataFrame(rows).write_parquet(path)
     return path
 

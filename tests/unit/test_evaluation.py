@@ -19,7 +19,11 @@ def test_mean_ci95():
     assert mean_ci95([]) == (0.0, 0.0)
     assert mean_ci95([1.0]) == (1.0, 0.0)
     mean, half = mean_ci95([0.0, 1.0, 0.0, 1.0])
-    assert mean == 0.5 and half == pytest.approx(1.96 * (1 / 3) ** 0.5 / 2)
+    # Student's t with 3 degrees of freedom (3.182), not the normal 1.96: at n = 4 the normal
+    # interval would cover the mean only about 86% of the time
+    assert mean == 0.5 and half == pytest.approx(3.1824 * (1 / 3) ** 0.5 / 2, rel=1e-4)
+    _, wide = mean_ci95([float(i % 2) for i in range(1000)])
+    assert wide == pytest.approx(1.9623 * (0.25 * 1000 / 999) ** 0.5 / 1000 ** 0.5, rel=1e-3)
 
 
 def test_seat_record_counts_outcomes():
@@ -163,3 +167,53 @@ def test_perfect_tic_tac_toe_policy_never_loses_to_mcts(tokenizer):
 def test_suites_that_do_not_fit_are_refused(suite, policy, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):
         check_suite(suite, policy)
+
+
+def _episode(eid, game, agents, returns, error_player=-1):
+    from mars_core.types import Episode
+
+    outcomes = tuple("win" if r > 0 else "loss" if r < 0 else "draw" for r in returns)
+    return Episode(eid, game, 0, agents, returns, outcomes, error_player)
+
+
+def test_strength_rows_pair_the_same_deals():
+    """Two evaluations of Tic-Tac-Toe against MCTS: games with the same ids are the same deal
+    and seat; the paired difference is the mean of per-game differences."""
+    from mars_core.evaluation import strength_markdown, strength_rows
+
+    opp = "bot:mcts-10"
+    start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp) if i % 2 else (opp, "policy"),
+                      (-1.0, 1.0)) for i in range(4)]  # the policy loses as seat 0, wins as 1
+    later = [_episode(f"g{i}", "tic_tac_toe", start[i].agents, (1.0, -1.0)) for i in range(4)]
+    later.append(_episode("extra", "tic_tac_toe", ("policy", opp), (0.0, 0.0)))
+    rows = strength_rows({"start": start, "iter 4": later}, "start")
+    first, last = rows
+    assert (first["policy"], first["n"], first["normalized_return"], first["diff"]) == \
+        ("start", 4, 50.0, 0.0)
+    assert (last["n"], last["paired_n"]) == (5, 4)
+    # seat 0 (odd ids): -1 -> +1 is +100; seat 1 (even ids): +1 -> -1 is -100
+    assert last["diff"] == pytest.approx(0.0) and last["diff_ci95"] > 100
+    assert last["normalized_return"] == pytest.approx(50.0)
+    assert "| iter 4 | tic_tac_toe | bot:mcts-10 | 5 |" in strength_markdown(rows, "start")
+
+
+def test_strength_rows_count_the_policys_own_errors():
+    from mars_core.evaluation import strength_rows
+
+    eps = [_episode("a", "kuhn_poker", ("policy", "bot:random"), (-1.0, 1.0), error_player=0),
+           _episode("b", "kuhn_poker", ("bot:random", "policy"), (-1.0, 1.0), error_player=0)]
+    row, = strength_rows({"start": eps}, "start")
+    assert row["invalid_rate"] == 0.5  # only game a's error is the policy's
+    assert row["normalized_return"] == pytest.approx(100 * ((-1 + 2) / 4 + (1 + 2) / 4) / 2)
+
+
+def test_training_evaluation_takes_one_opponent_or_several():
+    from mars_core.config import ConfigError, load_config
+
+    cfg = load_config(None, ["evaluation.opponents={tic_tac_toe: [bot:random, bot:mcts-10], "
+                             "kuhn_poker: bot:random}"])
+    assert cfg.evaluation.opponents_for("tic_tac_toe") == ("bot:random", "bot:mcts-10")
+    assert cfg.evaluation.opponents_for("kuhn_poker") == ("bot:random",)
+    assert cfg.evaluation.opponents_for("connect_four") == ("bot:mcts-10",)  # the default
+    with pytest.raises(ConfigError, match="mcts"):
+        load_config(None, ["evaluation.opponents={kuhn_poker: [bot:random, bot:mcts-10]}"])

@@ -101,6 +101,24 @@ class DeepSpeedConfig(_Section):
         return self
 
 
+class LoraConfig(_Section):
+    """`trainer.lora`: train low-rank adapters (peft) on the start policy instead of every
+    weight (`mars_core.lora`): checkpoints hold the merged weights and the adapter; the KL
+    reference is the start policy with the adapters off (no second copy of the weights)."""
+
+    rank: int = Field(0, ge=0)  # 0: off, every weight is trained
+    alpha: float = Field(32.0, gt=0)  # the adapter's output is scaled by alpha / rank
+    dropout: float = Field(0.0, ge=0, lt=1)
+    # the attention projections (Llama/Qwen names): the MLPs then need no weight gradients
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    @model_validator(mode="after")
+    def _targets(self):
+        if self.rank and not self.target_modules:
+            raise ValueError("trainer.lora.target_modules names no module")
+        return self
+
+
 class TrainerConfig(_Section):
     """Which backend runs the policy update. Both take the same batches and the same loss
     (`mars_core.trainer.ppo_update`); `deepspeed` runs it in launched worker processes."""
@@ -108,3 +126,11 @@ class TrainerConfig(_Section):
     backend: Literal["torch", "deepspeed"] = "torch"
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    lora: LoraConfig = LoraConfig()
+
+    @model_validator(mode="after")
+    def _lora_backend(self):
+        if self.lora.rank and self.backend != "torch":
+            raise ValueError("trainer.lora needs trainer.backend: torch (the DeepSpeed backend "
+                             "trains every weight)")
+        return self

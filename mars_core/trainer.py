@@ -122,7 +122,10 @@ def sequence_logprobs(model, samples: list[Sample], fwd: Forward, with_entropy: 
 
 
 def make_optimizer(model, cfg: OptimConfig, total_steps: int):
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
+    """AdamW over the trainable parameters (all of them, or a LoRA adapter's) with the
+    warm-up-then-cosine schedule."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
                             weight_decay=cfg.weight_decay)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, total_steps))
 
@@ -146,14 +149,18 @@ def _chunks(items: list, size: int) -> list[list]:
 def _plan(samples: list[Sample], epochs: int, n_mb: int, seed: int) -> list[list[list[int]]]:
     """Sample indices per epoch and minibatch. Each epoch reshuffles (one rng from `seed`, so
     epoch 0 is the single-epoch order), sorts stably by game and deals round-robin, so every
-    minibatch sees the games in equal shares (the generalist)."""
+    minibatch sees the games in equal shares (the generalist). Within a minibatch the samples
+    are ordered by prompt: its micro-batches then hold samples that share a prompt prefix (a
+    seat's rules), which `batch_forward` runs once per micro-batch; the minibatch's gradient is
+    their sum whatever the order."""
     rng = random.Random(seed)
     plan = []
     for _ in range(epochs):
         order = list(range(len(samples)))
         rng.shuffle(order)
         order.sort(key=lambda i: samples[i].game)  # stable: still shuffled within a game
-        plan.append([order[i::n_mb] for i in range(n_mb)])
+        plan.append([sorted(order[i::n_mb], key=lambda i: (samples[i].prompt_ids, i))
+                     for i in range(n_mb)])
     return plan
 
 

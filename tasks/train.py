@@ -11,7 +11,7 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core import train_deepspeed as ds
+from mars_core import lora, train_deepspeed as ds
 from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, load_trainer_state,
                                   save_estimator_state, save_model, save_trainer_state)
 from mars_core.models import load_model, load_tokenizer, resolve_model
@@ -112,13 +112,29 @@ def prepare_policy(run_dir: str) -> dict:
     return run_stage(run_dir, "init", "prepare_policy", body, step=0)
 
 
+def _policy_and_reference(cfg, run_dir: str, k: int, device: str):
+    """The model the update trains and the KL reference (None without a KL term): the policy
+    of iteration k and the start policy, or with `trainer.lora` the start policy carrying the
+    run's adapter and the same module with its adapters off."""
+    path = policy_at(run_dir, k)
+    if cfg.trainer.lora.rank:
+        adapter = Path(path) / lora.ADAPTER if k > 0 else None
+        model = lora.attach(load_model(initial_policy(run_dir)).to(device), cfg.trainer.lora,
+                            adapter)
+        return model, lora.AdaptersOff(model) if cfg.algorithm.kl_coef > 0 else None
+    model = load_model(path).to(device)
+    ref = load_model(initial_policy(run_dir)).to(device) if cfg.algorithm.kl_coef > 0 else None
+    return model, ref
+
+
 def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
-    """The PPO update in this process; saves the weights and the optimizer/scheduler state."""
+    """The PPO update in this process; saves the weights (merged, and the adapter, with LoRA)
+    and the optimizer/scheduler state."""
     path = policy_at(run_dir, k)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tok = load_model(path).to(device), load_tokenizer(path)
+    model, ref = _policy_and_reference(cfg, run_dir, k, device)
+    tok = load_tokenizer(path)
     enable_gradient_checkpointing(model, cfg.trainer.gradient_checkpointing)
-    ref = load_model(initial_policy(run_dir)).to(device) if cfg.algorithm.kl_coef > 0 else None
     steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
     opt, sched = make_optimizer(model, cfg.optim, steps)
     load_trainer_state(path, opt, sched)
@@ -129,8 +145,11 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
                              seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg),
                              share_prefix=cfg.model.share_prefix)
-    save_model(out, model, tok)
     save_trainer_state(out, opt, sched, k)
+    if cfg.trainer.lora.rank:
+        lora.save(out, model, tok)
+    else:
+        save_model(out, model, tok)
     return metrics
 
 
@@ -212,14 +231,14 @@ def _drop_heavy(folder: Path) -> None:
 
 @task(name="register_model", cache_policy=NO_CACHE)
 def register_final(run_dir: str) -> int:
-    """The last checkpoint's model files (no trainer or DeepSpeed state) as a registry version
-    `candidate`."""
+    """The last checkpoint's model files (no trainer or DeepSpeed state, no LoRA adapter: its
+    merged weights are the model) as a registry version `candidate`."""
     cfg = read_config(Path(run_dir))
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
 
     def body(out: Path) -> dict:
         _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
-                                      "checkpoint.json"))
+                                      lora.ADAPTER, "checkpoint.json"))
         return {}
 
     run_stage(run_dir, "final", "model", body, step=None)

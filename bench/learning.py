@@ -1,0 +1,135 @@
+"""Does training make the model better? Train a learning recipe, then turn its evaluations (the
+start policy and every `evaluation.every`-th checkpoint, all on the same deals and seats) into a
+learning curve and a before/after table with paired differences. Prints figures; asserts
+nothing.
+
+    python bench/learning.py --config configs/learning/kuhn_vs_random.yaml [--runs-dir runs]
+                             [--run-name NAME] [--no-train]
+    make learn PRESET=configs/learning/tic_tac_toe.yaml
+
+Training is `mars train` (resumable: run it again to continue). Written beside the run, in
+`<run>/learning/`, and into the run's MLflow run (artifacts `learning/`, metrics
+`learning/<game>/<opponent>/{normalized_return,paired_diff,paired_diff_ci95}` per iteration):
+- `learning_curve.png`: normalized return (0-100) with its 95% band per evaluated policy, and
+  the invalid-reply rate, against iterations (top axis: minutes of training so far);
+- `learning.md`, `learning.json`: every evaluated policy against the start policy, paired game by
+  game, and the verdict: improved when the final paired difference exceeds twice its 95%
+  half-width.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "1",
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+               "MLFLOW_DISABLE_TELEMETRY": "true"}.items():
+    os.environ.setdefault(_k, _v)
+
+from cli.main import main as mars  # noqa: E402
+from mars_core.evaluation import strength_markdown, strength_rows  # noqa: E402
+from mars_core.reports import learning_curve_plot  # noqa: E402
+from mars_core.stages import is_done, read_json  # noqa: E402
+from tasks.paths import read_config, stage_dir  # noqa: E402
+from tasks.rollout import read_episodes  # noqa: E402
+from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
+
+EVALUATE = "evaluate"
+
+
+def stage_minutes(run: Path, upto: int) -> float:
+    """Minutes the run's stages took up to iteration `upto` (the warm-up included, the
+    evaluations left out: they measure, they do not train)."""
+    total = 0.0
+    folders = [run / "init"] + [run / f"iter_{k:04d}" for k in range(upto)]
+    for folder in folders:
+        for metrics in folder.glob("*/metrics.json"):
+            if metrics.parent.name != EVALUATE:
+                total += sum(v for k, v in read_json(metrics).items() if k.startswith("time/"))
+    return total / 60
+
+
+def evaluations(run: Path, iterations: int) -> dict[str, tuple[int, Path]]:
+    """Finished evaluations: label -> (iterations trained, stage folder), start first."""
+    found = {}
+    start = stage_dir(run, "init", EVALUATE)
+    if is_done(start):
+        found["start"] = (0, start)
+    for k in range(iterations):
+        folder = stage_dir(run, k, EVALUATE)
+        if is_done(folder):
+            found[f"iter {k + 1}"] = (k + 1, folder)
+    return found
+
+
+def verdicts(rows: list[dict], last: str) -> list[str]:
+    return [f"{r['game']} vs {r['opponent']}: {r['diff']:+.1f} ± {r['diff_ci95']:.1f} normalized "
+            f"points over {r['paired_n']} paired games -> "
+            + ("improved" if r["diff"] > 2 * r["diff_ci95"] else
+               "worse" if -r["diff"] > 2 * r["diff_ci95"] else "no clear change")
+            for r in rows if r["policy"] == last]
+
+
+def report(run: Path) -> int:
+    cfg = read_config(run)
+    found = evaluations(run, cfg.run.iterations)
+    if "start" not in found or len(found) < 2:
+        print(f"{run}: needs the start policy's evaluation and at least one more "
+              "(evaluation.at_start and evaluation.every)")
+        return 1
+    rows = strength_rows({label: read_episodes(folder) for label, (_, folder) in found.items()},
+                         "start")
+    steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
+    out = run / "learning"
+    out.mkdir(exist_ok=True)
+    last = list(found)[-1]
+    learning_curve_plot(rows, steps, out / "learning_curve.png",
+                        title=f"{run.name}: normalized return per evaluation (95% bands)")
+    lines = verdicts(rows, last)
+    table = strength_markdown(rows, "start")
+    (out / "learning.md").write_text(f"# {run.name}\n\n{table}\n" + "\n".join(lines) + "\n")
+    (out / "learning.json").write_text(json.dumps(
+        {"rows": rows, "steps": steps, "verdicts": lines}, indent=1))
+    for name in ("learning_curve.png", "learning.md", "learning.json"):
+        log_artifacts(run, out / name, "learning")
+    for label, (k, _) in found.items():
+        log_metrics_once(run, {
+            f"learning/{r['game']}/{r['opponent']}/{key}": r[src]
+            for r in rows if r["policy"] == label
+            for key, src in (("normalized_return", "normalized_return"),
+                             ("paired_diff", "diff"), ("paired_diff_ci95", "diff_ci95"))}, k)
+    print(table)
+    print("\n".join(lines))
+    print(f"training time (warm-up, rollouts, updates; evaluations left out): "
+          f"{steps[last][1]:.1f} min to {last}; curve: {out / 'learning_curve.png'}")
+    return 0
+
+
+def run_main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="a learning recipe (configs/learning/)")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--run-name", default=None, help="default: the recipe's file name")
+    p.add_argument("--no-train", action="store_true", help="report on the run as it stands")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config overrides, as for mars train")
+    args = p.parse_args()
+    run = Path(args.runs_dir) / (args.run_name or Path(args.config).stem)
+    if not args.no_train:
+        started = time.perf_counter()
+        rc = mars(["train", "--config", args.config, "--runs-dir", args.runs_dir,
+                   "--run-name", run.name, *[a for s in args.set for a in ("--set", s)]])
+        if rc:
+            return rc
+        print(f"mars train: {(time.perf_counter() - started) / 60:.1f} min of wall time "
+              "(this call, evaluations included)")
+    return report(run)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main())

@@ -1,0 +1,56 @@
+"""LoRA training (`trainer.lora`, peft): low-rank adapters on the start policy instead of every
+weight.
+
+One run keeps one adapter. The update of iteration k loads the start policy, attaches the
+adapter as the checkpoint of k-1 left it (a fresh, zero one at k = 0) and trains only its
+weights. The checkpoint it writes holds both the merged weights (a plain model folder: what
+rollouts, evaluations, the registry and a vLLM server load) and the adapter (`adapter/`, what
+the next update continues). The reference model of the KL term is the start policy, i.e. the
+same module with its adapters switched off (`AdaptersOff`): no second copy of the weights.
+
+Why on a CPU: with the adapters on the attention projections only, the update needs no weight
+gradients for the MLPs and embeddings and its optimizer state is a few MB instead of twice
+the model (measured in `bench/iteration_bench.py`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+ADAPTER = "adapter"  # the checkpoint's adapter folder
+
+
+def attach(model, cfg, adapter: Path | None = None):
+    """`model` (the start policy) with the adapter of `cfg` (`trainer.lora`): a fresh one, or
+    the one saved in `adapter`, trainable either way."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter is not None:
+        return PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    spec = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                      target_modules=list(cfg.target_modules))
+    return get_peft_model(model, spec)
+
+
+class AdaptersOff(torch.nn.Module):
+    """The reference model: a peft model's forward with its adapters switched off, i.e. the
+    start policy, computed with the very weights the policy is built on."""
+
+    def __init__(self, peft_model) -> None:
+        super().__init__()
+        self.peft_model = peft_model
+
+    def forward(self, *args, **kwargs):
+        with self.peft_model.disable_adapter():
+            return self.peft_model(*args, **kwargs)
+
+
+def save(folder: Path, peft_model, tokenizer) -> None:
+    """The adapter into `folder/adapter`, then the merged weights and the tokenizer into
+    `folder` (the peft model is spent afterwards: merging writes into its base weights)."""
+    folder = Path(folder)
+    peft_model.save_pretrained(folder / ADAPTER)
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)

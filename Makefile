@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu prefect-ui mlflow-ui clean
+.PHONY: setup demo test test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui clean
 
 setup: $(STAMP)
 
@@ -61,10 +61,18 @@ test-vllm: setup vllm-env
 	MARS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/vllm
 
 bench: setup
+	$(PY) bench/iteration_bench.py
 	$(PY) bench/rollout_bench.py
 	$(PY) bench/opponents_bench.py
 	$(PY) bench/textarena_bench.py
 	$(PY) bench/algorithms_bench.py
+
+# Does training make the model better? A learning recipe, trained (resumable), then its
+# evaluations as a learning curve and a paired before/after table in runs/<recipe>/learning/
+# (PRESET=configs/learning/tic_tac_toe.yaml; RUN=name).
+learn: setup
+	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_vs_random.yaml) \
+	    $(if $(RUN),--run-name $(RUN))
 
 # GPU figures (Qwen3-4B shape, random weights): training tokens/s and MFU, generation tokens/s.
 bench-gpu: setup

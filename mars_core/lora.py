@@ -24,13 +24,17 @@ ADAPTER = "adapter"  # the checkpoint's adapter folder
 def attach(model, cfg, adapter: Path | None = None):
     """`model` (the start policy) with the adapter of `cfg` (`trainer.lora`): a fresh one, or
     the one saved in `adapter`, trainable either way."""
+    import warnings
+
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    if adapter is not None:
-        return PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
-    spec = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                      target_modules=list(cfg.target_modules))
-    return get_peft_model(model, spec)
+    with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecates
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        if adapter is not None:
+            return PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+        spec = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+                          target_modules=list(cfg.target_modules))
+        return get_peft_model(model, spec)
 
 
 class AdaptersOff(torch.nn.Module):

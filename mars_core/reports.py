@@ -43,40 +43,47 @@ def transcript(ep: Episode) -> str:
 
 def learning_curve_plot(rows: list[dict], steps: dict[str, tuple[int, float]], path,
                         title: str = "") -> None:
-    """The learning curve of a run: for each (game, opponent), the normalized return of every
-    evaluated policy with its 95% band, and below it the policy's invalid-reply rate, against
-    the iteration it was evaluated after (0: the start policy). `rows` are
-    `evaluation.strength_rows`; `steps` maps a row's policy label to (iteration, minutes of
-    training so far), shown on the top axis."""
+    """The learning curve of a run, per (game, opponent) against the iteration each policy was
+    evaluated after (0: the start policy; top axis: minutes of training so far): its
+    normalized return with the 95% band, the paired difference to the start policy on the same
+    deals with its 95% band (what a verdict rests on), and the invalid-reply rate. `rows` are
+    `evaluation.strength_rows` against the start policy; `steps` maps a row's policy label to
+    (iteration, minutes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     cells = sorted({(r["game"], r["opponent"]) for r in rows})
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 1]})
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(7, 8), sharex=True,
+                                              gridspec_kw={"height_ratios": [3, 2, 1]})
+
+    def band(ax, x, y, ci, **kw):
+        line, = ax.plot(x, y, marker="o", **kw)
+        ax.fill_between(x, [a - b for a, b in zip(y, ci)], [a + b for a, b in zip(y, ci)],
+                        color=line.get_color(), alpha=0.2)
+        return line.get_color()
+
     for game, opponent in cells:
         mine = sorted((r for r in rows if (r["game"], r["opponent"]) == (game, opponent)),
                       key=lambda r: steps[r["policy"]][0])
         x = [steps[r["policy"]][0] for r in mine]
-        y = [r["normalized_return"] for r in mine]
-        ci = [r["ci95"] for r in mine]
-        line, = top.plot(x, y, marker="o", label=f"{game} vs {opponent}")
-        top.fill_between(x, [a - b for a, b in zip(y, ci)], [a + b for a, b in zip(y, ci)],
-                         color=line.get_color(), alpha=0.2)
-        bottom.plot(x, [100 * r["invalid_rate"] for r in mine], marker=".",
-                    color=line.get_color())
+        color = band(top, x, [r["normalized_return"] for r in mine], [r["ci95"] for r in mine],
+                     label=f"{game} vs {opponent}")
+        band(middle, x, [r["diff"] for r in mine], [r["diff_ci95"] for r in mine], color=color)
+        bottom.plot(x, [100 * r["invalid_rate"] for r in mine], marker=".", color=color)
     top.set_ylabel("normalized return (0-100)")
-    top.grid(alpha=0.3)
     top.legend(fontsize=8)
     top.set_title(title or "learning curve (95% bands)")
+    middle.axhline(0.0, color="grey", linewidth=0.8)
+    middle.set_ylabel("vs start, paired")
+    bottom.set_ylabel("invalid replies %")
+    bottom.set_xlabel("iterations trained")
+    for ax in (top, middle, bottom):
+        ax.grid(alpha=0.3)
     ticks = sorted(set(steps.values()))
     secondary = top.secondary_xaxis("top")
     secondary.set_xticks([k for k, _ in ticks], [f"{m:.0f} min" for _, m in ticks], fontsize=7)
-    bottom.set_ylabel("invalid replies %")
-    bottom.set_xlabel("iterations trained")
-    bottom.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

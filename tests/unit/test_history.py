@@ -70,11 +70,7 @@ def test_history_reads_as_the_template_writes_the_conversation(tokenizer):
     template's rendering of the whole conversation."""
     builder, ep = play(tokenizer, "answer", lambda p: f"{legal_actions_in(p)[0]}</answer>")
     mine = [t for t in ep.turns if t.player == 0]
-    messages = [{"role": "system", "content": _rules(0)}]
-    for t in mine[:-1]:
-        messages += [{"role": "user", "content": t.observation},
-                     {"role": "assistant", "content": t.reply}]
-    messages.append({"role": "user", "content": mine[-1].observation})
+    messages = _conversation(mine)
     want = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert tokenizer.decode(mine[-1].prompt_ids) == want + builder.prefill
 
@@ -83,6 +79,16 @@ def _rules(seat):
     from mars_core.games.registry import make_game
 
     return make_game("tic_tac_toe").rules(seat)
+
+
+def _conversation(mine):
+    """Seat 0's turns as chat messages: the rules, each observation and reply, the last
+    observation."""
+    messages = [{"role": "system", "content": _rules(0)}]
+    for t in mine[:-1]:
+        messages += [{"role": "user", "content": t.observation},
+                     {"role": "assistant", "content": t.reply}]
+    return messages + [{"role": "user", "content": mine[-1].observation}]
 
 
 def test_earlier_reasoning_stays_in_the_conversation(stripping_tokenizer):
@@ -96,11 +102,7 @@ def test_earlier_reasoning_stays_in_the_conversation(stripping_tokenizer):
         assert t.reply in last  # the whole reply, reasoning and answer, as the model wrote it
     assert last.endswith("<|im_start|>assistant\n<think>\n")
     # the template itself would have dropped it: what keep_history guards against
-    messages = [{"role": "system", "content": _rules(0)}]
-    for t in mine[:-1]:
-        messages += [{"role": "user", "content": t.observation},
-                     {"role": "assistant", "content": t.reply}]
-    messages.append({"role": "user", "content": mine[-1].observation})
+    messages = _conversation(mine)
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert "Reasoning 1" not in rendered and "Reasoning 1" in last
 

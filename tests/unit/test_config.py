@@ -87,3 +87,16 @@ def test_every_ablation_preset_loads_at_the_smoke_scale():
     assert estimators == {"mars": ("mars", False), "wo_turn_level": ("grpo_trajectory", False),
                           "wo_agent_specific": ("mars_shared", False),
                           "fixed_opponent": ("mars", True)}
+
+
+def test_learning_recipes_load_as_the_readme_describes_them():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs/learning"
+    kuhn = load_config(root / "kuhn_vs_random.yaml")
+    assert kuhn.rollout.opponents == {"kuhn_poker": "bot:random"}
+    assert kuhn.evaluation.at_start and kuhn.trainer.lora.rank == 16
+    ttt = load_config(root / "tic_tac_toe.yaml")
+    assert not ttt.rollout.opponents and ttt.algorithm.estimator == "mars"  # self-play, MARS
+    assert ttt.evaluation.opponents_for("tic_tac_toe") == ("bot:random", "bot:mcts-10")
+    assert ttt.evaluation.at_start and ttt.evaluation.games_per_seat >= 400

@@ -151,7 +151,7 @@ def action_logps(model, samples):
     head = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     tail = next(i for i, (x, y) in enumerate(zip(a[::-1], b[::-1])) if x != y)
     with torch.no_grad():
-        logp, mask = sequence_logprobs(model, samples, Forward(0))
+        logp, _ = sequence_logprobs(model, samples, Forward(0))
     width = logp.shape[1]
     out = []
     for row, s in enumerate(samples):

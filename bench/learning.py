@@ -67,6 +67,9 @@ def evaluations(run: Path, iterations: int) -> dict[str, tuple[int, Path]]:
 
 
 def verdicts(rows: list[dict], last: str) -> list[str]:
+    """The last policy's verdict per (game, opponent): `diff_ci95` is `strength_rows`' 95%
+    half-width of the paired difference (`mean_ci95`: Student's t, its variance floored for
+    outcomes in -100..100, so a few identical games never make a zero-width interval)."""
     return [f"{r['game']} vs {r['opponent']}: {r['diff']:+.1f} ± {r['diff_ci95']:.1f} normalized "
             f"points over {r['paired_n']} paired games -> "
             + ("improved" if r["diff"] > 2 * r["diff_ci95"] else

@@ -3,8 +3,10 @@ confidence interval, cost (model calls, tokens), transcripts, and the comparison
 (the MARS paper's Table 1 layout, and a paired difference for promotion decisions).
 
 Accuracy intervals are Wilson score intervals (honest at small n and at 0% or 100%). The
-difference of two models is paired over the same questions: mean of (a_i - b_i) with a normal
-95% interval, so "wins by more than the confidence interval" means its lower end is above 0.
+difference of two models is paired over the same questions: mean of (a_i - b_i) with the
+project's small-sample 95% interval for bounded outcomes (`mars_core.evaluation.mean_ci95`:
+Student's t, its variance floored so that 4 wins out of 4 still has a width), so "wins by more
+than the confidence interval" means its lower end is above 0.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Callable
 from eval.benchmarks import Question
 from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
+from mars_core.evaluation import mean_ci95
 
 Z95 = 1.959964
 
@@ -107,19 +110,21 @@ def markdown(table: list[dict]) -> str:
 
 def paired_difference(a: list[Result], b: list[Result]) -> dict:
     """Model a minus model b over the questions both answered (same system, benchmark and
-    id): mean difference in accuracy points, its 95% half-width, and whether a wins (lower
-    end above 0) or loses (upper end below 0)."""
+    id): mean difference in accuracy points, its 95% half-width (`mean_ci95` of the
+    differences, bounded by -1 and 1), whether a wins (lower end above 0) or loses (upper end
+    below 0), and `interval`, which interval that is."""
     right_b = {(r.system, r.benchmark, r.id): r.correct for r in b}
     diffs = [float(r.correct) - float(right_b[k]) for r in a
              if (k := (r.system, r.benchmark, r.id)) in right_b]
     n = len(diffs)
     if n == 0:
-        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False}
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    half = Z95 * math.sqrt(var / n) if n > 1 else float("inf")
+        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False,
+                "interval": "no paired questions"}
+    mean, half = mean_ci95(diffs, (-1.0, 1.0))
     return {"n": n, "difference": 100.0 * mean, "ci95": 100.0 * half,
-            "wins": mean - half > 0, "loses": mean + half < 0}
+            "wins": mean - half > 0, "loses": mean + half < 0,
+            "interval": f"95% Student-t interval of {n} paired questions, variance floored "
+                        "for outcomes in [-1, 1]"}
 
 
 def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[Path]:
@@ -152,33 +157,41 @@ def read_records(folder: Path) -> list[Result]:
 
 def strategic_difference(a: list[dict], b: list[dict]) -> dict:
     """Strategic suite, model a minus model b: the mean normalized return (0-100) over the
-    cells both played, with a 95% half-width from the cells' own intervals (independent
-    games: half-widths add in quadrature)."""
+    cells both played, with a 95% half-width from the cells' own intervals (`seat_record`'s
+    bounded `mean_ci95`; independent games: half-widths add in quadrature, which with
+    Student's factors errs wide), and `interval`, which interval that is."""
     key = lambda r: (r["game"], r["opponent"], r["seat"])  # noqa: E731
     other = {key(r): r for r in b}
     pairs = [(r, other[key(r)]) for r in a if key(r) in other]
     if not pairs:
-        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False}
+        return {"n": 0, "difference": 0.0, "ci95": float("inf"), "wins": False, "loses": False,
+                "interval": "no common cells"}
     k = len(pairs)
     diff = sum(x["normalized_return"] - y["normalized_return"] for x, y in pairs) / k
     half = math.sqrt(sum(x["normalized_ci95"] ** 2 + y["normalized_ci95"] ** 2
                          for x, y in pairs)) / k
     return {"n": k, "difference": diff, "ci95": half, "wins": diff - half > 0,
-            "loses": diff + half < 0}
+            "loses": diff + half < 0,
+            "interval": f"95% half-widths of the {k} cells (Student-t, variance floored for "
+                        "bounded returns), added in quadrature"}
 
 
 def decide(mas: dict | None, strategic: dict | None) -> tuple[bool, str]:
     """Promote the candidate when there is no champion yet (`mas` None), or when it wins the
-    reasoning suite by more than its confidence interval and does not lose the strategic
-    suite (when one was played) by more than its own."""
+    reasoning suite by more than its confidence interval (`paired_difference`: the lower end
+    above 0) and does not lose the strategic suite (when one was played) by more than its own
+    (`strategic_difference`). The reason names the interval each verdict rests on."""
     if mas is None:
         return True, "no champion yet"
+
+    def shown(d: dict, unit: str = "") -> str:
+        return (f"{d['difference']:+.1f} ± {d['ci95']:.1f}{unit} "
+                f"({d.get('interval', '95% interval')})")
+
     if not mas["wins"]:
-        return False, (f"reasoning suite: {mas['difference']:+.1f} ± {mas['ci95']:.1f} points "
-                       "is not a win beyond the 95% interval")
+        return False, f"reasoning suite: {shown(mas, ' points')} is not a win beyond the interval"
     if strategic is not None and strategic["loses"]:
-        return False, (f"strategic suite: {strategic['difference']:+.1f} ± "
-                       f"{strategic['ci95']:.1f} is a loss beyond the 95% interval")
-    return True, (f"reasoning suite: {mas['difference']:+.1f} ± {mas['ci95']:.1f} points"
-                  + (f"; strategic {strategic['difference']:+.1f} ± {strategic['ci95']:.1f}"
+        return False, f"strategic suite: {shown(strategic)} is a loss beyond the interval"
+    return True, (f"reasoning suite: {shown(mas, ' points')} is a win beyond the interval"
+                  + (f"; strategic suite: {shown(strategic)} is no loss beyond it"
                      if strategic else ""))

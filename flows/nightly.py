@@ -8,7 +8,7 @@
     compare: paired difference on the same questions, strategic difference, Table 1 layout
     log the comparison to MLflow (experiment `mars-nightly`)
     move `champion` to the candidate when it wins by more than the confidence interval
-        (or when there is no champion yet)
+        (or when there is no champion yet): `promotion`, whose reason names the interval
 
 `prefect.yaml` deploys it as `nightly-eval` on a cron schedule.
 """
@@ -23,7 +23,7 @@ from prefect import flow
 from eval.benchmarks import SHIPPED, check_names
 from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
                       strategic_difference)
-from eval.systems import SYSTEMS, check_systems
+from eval.systems import SYSTEMS, Result, check_systems
 from mars_core.config import load_strategic_config
 from flows.arena import arena_flow
 from mars_core.arena.config import load_arena_config
@@ -75,13 +75,10 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
         strategic = {label: evaluate_suite(cfg, label, local[label])["records"]
                      for label in labels}
     arena = _arena_round(arena_preset, local, base_model, folder, store, runs_dir)
-    mas_diff = strat_diff = None
-    if "champion" in local:
-        mas_diff = paired_difference(read_records(folder / "records" / "candidate"),
-                                     read_records(folder / "records" / "champion"))
-        if strategic:
-            strat_diff = strategic_difference(strategic["candidate"], strategic["champion"])
-    promoted, why = decide(mas_diff, strat_diff)
+    records = folder / "records"
+    mas_diff, strat_diff, promoted, why = promotion(
+        read_records(records / "candidate"),
+        read_records(records / "champion") if "champion" in local else None, strategic)
     print(f"decision: {'promote' if promoted else 'keep'} ({why})")
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "champion" if "champion" in local else None)
@@ -117,6 +114,24 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
         print(f"{champion} -> version {versions['candidate']}")
     return {"decision": "promote" if promoted else "keep", "promoted": promoted and promote,
             "reason": why, "versions": versions, "out": str(out), "mlflow_run_id": run_id}
+
+
+def promotion(candidate: list[Result], champion: list[Result] | None,
+              strategic: dict[str, list[dict]] | None = None
+              ) -> tuple[dict | None, dict | None, bool, str]:
+    """(reasoning difference, strategic difference, promote?, reason) for the candidate's and
+    the champion's reasoning records (None: no champion yet, promote) and strategic records
+    (`{"candidate": [...], "champion": [...]}`, when that suite was played). Both differences
+    carry small-sample 95% intervals (`eval.mas`: Student's t with a variance floor for bounded
+    outcomes, so 4 questions out of 4 won is no win); the candidate is promoted only when the
+    reasoning interval lies above 0 and the strategic one does not lie below 0 (`decide`), and
+    the reason names those intervals."""
+    if champion is None:
+        return None, None, *decide(None, None)
+    mas = paired_difference(candidate, champion)
+    strat = (strategic_difference(strategic["candidate"], strategic["champion"])
+             if strategic else None)
+    return mas, strat, *decide(mas, strat)
 
 
 def _arena_round(preset: str | None, local: dict[str, str], base_model: str | None,

@@ -50,19 +50,43 @@ RECORD_KEYS = ("game", "policy", "opponent", "seat", "n", "mean_return", "ci95",
                "draw_rate", "loss_rate", "invalid_rate", "normalized_return")
 
 
-def mean_ci95(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval, Student's t with n - 1 degrees
-    of freedom (at n = 5 the factor is 2.78, not the normal 1.96; at n = 1000, 1.96)."""
+PSEUDO_OUTCOMES = 2  # at each bound, for the variance floor of `mean_ci95`
+
+
+def mean_ci95(values: list[float],
+              bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval: Student's t with n - 1 degrees
+    of freedom (at n = 4 the factor is 3.18, not the normal 1.96; at n = 1000, 1.96).
+
+    With `bounds` (lo, hi), the outcomes' range (a game's utility range, 0-100 for normalized
+    returns, twice the range for paired differences), the variance is at least that of the
+    sample pooled with 2 pseudo-outcomes at lo and 2 at hi: Agresti-Coull's "add two successes
+    and two failures", carried to bounded outcomes. A cell whose outcomes all agree (4 wins of
+    4) so keeps an honest width at small n (a Bernoulli(0.9) mean is covered 99% of the time at
+    n = 4-10, by t alone 34-65%; unanimous paired wins clear 0 from 6 games on, as in the exact
+    sign test), and as the floor fades like 1/n the interval is Student's at large n. (A Wilson
+    floor on the rescaled mean assumes 0/1 outcomes: about twice too wide at any n with draws
+    and for paired differences.) The half-width is capped at hi - lo, and is hi - lo for fewer
+    than 2 values. Without bounds: plain Student's t (zero width when the values agree)."""
     from scipy.stats import t as student_t
 
     n = len(values)
+    if bounds is not None and n < 2:  # nothing known: the whole range
+        lo, hi = bounds
+        return (values[0] if n else (lo + hi) / 2), hi - lo
     if n == 0:
         return 0.0, 0.0
     mean = sum(values) / n
     if n == 1:
         return mean, 0.0
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, float(student_t.ppf(0.975, n - 1)) * math.sqrt(var / n)
+    if bounds is not None:
+        lo, hi = bounds
+        pooled = [*values, *[lo] * PSEUDO_OUTCOMES, *[hi] * PSEUDO_OUTCOMES]
+        centre = sum(pooled) / len(pooled)
+        var = max(var, sum((v - centre) ** 2 for v in pooled) / (len(pooled) - 1))
+    half = float(student_t.ppf(0.975, n - 1)) * math.sqrt(var / n)
+    return mean, half if bounds is None else min(half, bounds[1] - bounds[0])
 
 
 def check_suite(suite: dict[str, list[str] | tuple[str, ...]], policy: str) -> None:
@@ -117,14 +141,15 @@ def suite_specs(suite: dict[str, list[str] | tuple[str, ...]], policy: str, n: i
 
 def seat_record(game: str, policy: str, opponent: str, seat: int,
                 episodes: list[Episode]) -> dict:
-    """The record of one seat over its games (rates are fractions; CI is the 95% half-width)."""
+    """The record of one seat over its games (rates are fractions; CI is the 95% half-width,
+    `mean_ci95` bounded by the game's utility range)."""
     n, adapter = len(episodes), make_game(game)
     # cooperative: one shared score, and a game lost on a rule error scores 0
     returns = [min(ep.returns) if adapter.cooperative else ep.returns[seat] for ep in episodes]
-    mean, ci = mean_ci95(returns)
+    lo, hi = adapter.utility_range()
+    mean, ci = mean_ci95(returns, (lo, hi))
     rate = {k: sum(ep.outcomes[seat] == k for ep in episodes) / n if n else 0.0
             for k in ("win", "draw", "loss", "invalid")}
-    lo, hi = adapter.utility_range()
     return {"game": game, "policy": policy, "opponent": opponent, "seat": seat, "n": n,
             "mean_return": mean, "ci95": ci, "win_rate": rate["win"], "draw_rate": rate["draw"],
             "loss_rate": rate["loss"], "invalid_rate": rate["invalid"],
@@ -234,16 +259,18 @@ def strength_rows(evaluations: dict[str, list[Episode]], baseline: str) -> list[
     `normalized_return` with its 95% half-width `ci95`, `invalid_rate`, and against the
     `baseline` label's games with the same episode ids (the same deals and seats): `diff`, the
     mean paired difference of normalized returns, with its half-width `diff_ci95` over
-    `paired_n` games (the baseline's own row has diff 0)."""
+    `paired_n` games (the baseline's own row has diff 0). Half-widths are `mean_ci95`'s,
+    bounded by 0-100 and, for the differences, by -100 to 100."""
     scores = {label: policy_scores(eps) for label, eps in evaluations.items()}
     base = scores.get(baseline, {})
     rows = []
     for label, by_cell in scores.items():
         for (game, opponent), games in sorted(by_cell.items()):
-            mean, ci = mean_ci95([v for v, _ in games.values()])
+            mean, ci = mean_ci95([v for v, _ in games.values()], (0.0, 100.0))
             theirs = base.get((game, opponent), {})
             common = [e for e in games if e in theirs]
-            diff, diff_ci = mean_ci95([games[e][0] - theirs[e][0] for e in common])
+            diff, diff_ci = mean_ci95([games[e][0] - theirs[e][0] for e in common],
+                                      (-100.0, 100.0))
             rows.append({"policy": label, "game": game, "opponent": opponent, "n": len(games),
                          "normalized_return": mean, "ci95": ci,
                          "invalid_rate": sum(bad for _, bad in games.values()) / len(games),

@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load
-from eval.mas import run_suite, summarize, write_records
+from eval.mas import run_suite, summarize, wilson, write_records
 from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
 from tasks.common import bf16_wanted
 from tasks.tracking import _experiment_id, _metric_key
@@ -118,7 +118,9 @@ def harness_task(model: str, benchmarks: list[str], *, limit: int | None, max_to
                  batch_size: int, data_dir: str | None, gpqa_path: str | None,
                  seed: int) -> dict:
     """lm-evaluation-harness on our benchmark files (eval/harness.py), against a local model
-    folder or an endpoint URL."""
+    folder or an endpoint URL. Accuracy is printed with its 95% Wilson interval (the grades
+    are 0/1; the normal `1.96 * stderr` has no width at 0% or 100% and is too narrow at small
+    n)."""
     from eval.harness import run_harness
 
     url, _, name = model.partition("#")
@@ -127,8 +129,9 @@ def harness_task(model: str, benchmarks: list[str], *, limit: int | None, max_to
     result = run_harness(benchmarks, limit=limit, max_tokens=max_tokens, batch_size=batch_size,
                          data_dir=data_dir, gpqa_path=gpqa_path, seed=seed, **where)
     for bench, r in result["benchmarks"].items():
-        print(f"lm-eval {bench:13s} accuracy {100 * r['accuracy']:5.1f}% ± "
-              f"{100 * 1.96 * r['stderr']:.1f} (n={r['n']})")
+        lo, hi = wilson(round(r["accuracy"] * r["n"]), r["n"])
+        print(f"lm-eval {bench:13s} accuracy {100 * r['accuracy']:5.1f}% "
+              f"(95% Wilson interval {100 * lo:.1f}-{100 * hi:.1f}, n={r['n']})")
     return result
 
 

@@ -90,6 +90,25 @@ def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
         _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
 
 
+def test_four_questions_all_won_do_not_promote():
+    """The nightly decision (`promotion`, no flow run): 4 questions out of 4 won against 4 lost
+    do not clear the small-sample interval's bar, 8 out of 8 do; the reason names the
+    interval either way."""
+    from eval.systems import Result
+    from flows.nightly import promotion
+
+    def answers(n, correct):
+        return [Result("single", "gsm8k", str(i), "18", "", "answered", 1, correct=correct)
+                for i in range(n)]
+
+    mas, strategic, promote, why = promotion(answers(4, True), answers(4, False))
+    assert mas["difference"] == 100.0 and mas["ci95"] > 100.0 and strategic is None
+    assert not promote and "95% Student-t interval of 4 paired questions" in why
+    mas, _, promote, why = promotion(answers(8, True), answers(8, False))
+    assert promote and mas["wins"] and "95% Student-t interval of 8 paired questions" in why
+    assert promotion(answers(4, True), None)[2:] == (True, "no champion yet")
+
+
 def test_nightly_deployment_registers_with_its_schedule(prefect_api, tmp_path):
     """`prefect deploy` of prefect.yaml's nightly-eval against a local Prefect server."""
     env = {**os.environ, "PREFECT_API_URL": prefect_api}

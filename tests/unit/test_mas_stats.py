@@ -46,6 +46,22 @@ def test_paired_difference_wins_only_beyond_the_interval():
     assert paired_difference(better[:5], base)["n"] == 5
 
 
+def test_four_questions_all_won_are_no_win_at_n4():
+    """4 of 4 right against 4 of 4 wrong: every paired difference is +1, so the sample has no
+    spread, but 4 questions cannot clear the bar (the exact sign test needs 6); 6 of 6 can."""
+    d = paired_difference([res("single", "gsm8k", str(i), True) for i in range(4)],
+                          [res("single", "gsm8k", str(i), False) for i in range(4)])
+    assert d["difference"] == 100.0 and d["ci95"] > 100.0
+    assert not d["wins"] and not d["loses"]
+    six = paired_difference([res("single", "gsm8k", str(i), True) for i in range(6)],
+                            [res("single", "gsm8k", str(i), False) for i in range(6)])
+    assert six["wins"] and 0 < six["ci95"] < 100.0
+    promote, why = decide(d, None)
+    assert not promote and "Student-t" in why and "4 paired questions" in why
+    promote, why = decide(six, None)
+    assert promote and "Student-t" in why and "6 paired questions" in why
+
+
 def test_comparison_table_has_table1_layout_with_deltas():
     rows = {"model": summarize([res("single", "gsm8k", "0", True), res("single", "aqua", "0",
                                                                        False)]),

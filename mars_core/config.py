@@ -287,8 +287,15 @@ class Config(_Section):
         return self
 
     def flat(self) -> dict[str, Any]:
-        """`{"rollout.temperature": 0.6, ...}`: the config as MLflow params."""
-        return _flatten(self.model_dump(mode="json"))
+        """`{"rollout.temperature": 0.6, ...}`: the config as MLflow params, secrets masked
+        (mars_core.redact)."""
+        return _flatten(self.public())
+
+    def public(self) -> dict[str, Any]:
+        """The config as plain data with its secrets masked: what may be written anywhere."""
+        from mars_core.redact import redact
+
+        return redact(self.model_dump(mode="json"))
 
 
 _LEAF_DICTS = ("rewards.game_scale", "evaluation.opponents", "rewards.in2ai.outcome_multiplier",
@@ -437,4 +444,5 @@ def config_diff(a: Config, b: Config) -> list[str]:
 
 
 def dump_config(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """The config as YAML, secrets masked (the run's process keeps the real values)."""
+    return yaml.safe_dump(cfg.public(), sort_keys=False)

@@ -2,32 +2,82 @@
 server (its own process and environment) reached over its OpenAI-compatible API."""
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mars_core.config_base import _Section
 
+GiB = 1 << 30
+OWN_FLAGS = ("--host", "--port", "--api-key")  # set by the pipeline, never by extra_args
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost`, 127.0.0.0/8 or ::1 (brackets allowed): reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
 
 class VLLMLaunch(_Section):
-    """How the pipeline starts its own vLLM server (when `engine.vllm.url` is null)."""
+    """How the pipeline starts its own vLLM server (when `engine.vllm.url` is null). The server
+    runs with vLLM's dev-mode endpoints (the in-place weight reload), which answer anyone who
+    can reach the port, so it listens on a loopback address only; each start gets a new random
+    API key, passed to it in its environment."""
 
     python: str = ".venv-vllm/bin/python"  # the vLLM environment's interpreter
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # loopback only: 127.0.0.0/8, ::1 or localhost
     port: int = Field(0, ge=0, le=65535)  # 0: a free port
     dtype: str = "auto"  # vLLM --dtype: auto, bfloat16, float16, float32
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # on CPU: the share of RAM for KV
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # the GPU's share for weights + KV
+    # the CPU build's KV cache (bytes; vLLM takes whole GiB: rounded up); unused on GPUs
+    cpu_kv_cache_bytes: int = Field(GiB, gt=0)
     enforce_eager: bool = False  # skip torch.compile / CUDA graphs (faster start, slower run)
     startup_timeout_s: float = Field(900, gt=0)
     extra_args: list[str] = Field(default_factory=list)  # e.g. ["--tensor-parallel-size", "2"]
     env: dict[str, str] = Field(default_factory=dict)  # e.g. {"CUDA_VISIBLE_DEVICES": "1"}
 
+    @field_validator("host")
+    @classmethod
+    def _loopback_only(cls, host: str) -> str:
+        if not is_loopback(host):
+            raise ValueError(f"{host!r} is not a loopback address: the server the pipeline starts "
+                             "exposes its weight-reload endpoints, so it listens on 127.0.0.1, ::1 "
+                             "or localhost only; for a remote server, start vLLM there yourself "
+                             "and set engine.vllm.url")
+        return host
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_own_flags(cls, args: list[str]) -> list[str]:
+        for a in args:
+            if a.split("=", 1)[0] in OWN_FLAGS:
+                raise ValueError(f"{a.split('=', 1)[0]} is set by the pipeline (host and port: "
+                                 "engine.vllm.launch.host/port; the API key: a new one each start)")
+        return args
+
 
 class VLLMConfig(_Section):
     url: str | None = None  # an already running server (started with VLLM_SERVER_DEV_MODE=1)
+    # the NAME of the environment variable holding the API key of the server at `url` (the key
+    # itself never goes in a config); unset or empty: requests carry no key
+    api_key_env: str = "VLLM_API_KEY"
     max_concurrency: int = Field(256, ge=1)  # requests in flight at once
     request_timeout_s: float = Field(600, gt=0)
     launch: VLLMLaunch = VLLMLaunch()
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{name!r} is not an environment variable name (give the variable's "
+                             "name, e.g. VLLM_API_KEY, never the key)")
+        return name
 
     @model_validator(mode="after")
     def _url_shape(self):

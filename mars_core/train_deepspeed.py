@@ -36,13 +36,14 @@ import torch
 
 from mars_core.checkpoint import DEEPSPEED_STATE, DEEPSPEED_TAG, save_model
 from mars_core.config import Config, OptimConfig, TrainerConfig, config_from_dict
-from mars_core.engines.vllm_server import free_port
+from mars_core.engines.vllm_server import ProcessGroupError, free_port, start_group, stop_group
 from mars_core.trainer import enable_gradient_checkpointing, load_samples, lr_lambda, ppo_update
 
 WORKER_MODULE = "mars_core.train_deepspeed"
 SPEC_FILE = "deepspeed_spec.json"
 LOG_FILE = "deepspeed.log"
 METRICS_FILE = "deepspeed_metrics.json"
+PID_FILE = "deepspeed.pid"  # beside the stage's folder: a resume wipes that folder first
 ERROR_MARK = "mars deepspeed worker error: "  # the worker's one-line failure, found in the log
 SPEC_KEYS = ("policy", "reference", "samples", "out", "resume", "config", "iteration", "seed",
              "bf16")
@@ -171,20 +172,40 @@ def failure_line(log: Path) -> str:
     return marked[-1] if marked else (lines[-1] if lines else "(empty log)")
 
 
-def launch(spec: dict, trainer: TrainerConfig, out: Path | str) -> dict[str, float]:
+def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
+           pid_file: Path | str | None = None) -> dict[str, float]:
     """Write `spec` to `<out>/deepspeed_spec.json`, run the worker on every rank (output to
     `<out>/deepspeed.log`) and return its metrics. A non-zero exit raises RuntimeError with
-    one line: the exit status, the worker's error and the log's path."""
+    one line: the exit status, the worker's error and the log's path.
+
+    The launcher and its ranks run as one process group that never outlives this process
+    (`vllm_server.start_group`: also after a kill -9 of the flow), recorded in `pid_file`
+    (default `<out>/../deepspeed.pid`, outside the stage's scratch folder that a resume
+    removes); an exception here (KeyboardInterrupt included) stops the whole group."""
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise ValueError(f"deepspeed spec lacks: {', '.join(missing)}")
     out = Path(out)
     spec_path, log = out / SPEC_FILE, out / LOG_FILE
+    pid_file = Path(pid_file) if pid_file else out.parent / PID_FILE
     spec_path.write_text(json.dumps(spec, indent=1))
     env = worker_env(os.environ, trainer.deepspeed.num_processes)
     with log.open("w") as f:
-        rc = subprocess.run(launch_command(trainer, spec_path), stdout=f,
-                            stderr=subprocess.STDOUT, env=env).returncode
+        try:
+            proc = start_group(launch_command(trainer, spec_path), pid_file, env=env, stdout=f)
+        except ProcessGroupError as e:
+            raise RuntimeError(f"cannot start deepspeed training: {e}") from None
+        try:
+            # short waits: a Ctrl-C that lands on another thread (Prefect's, polars') raises
+            # here at once, not when the launcher exits
+            rc = None
+            while rc is None:
+                try:
+                    rc = proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            stop_group(proc, pid_file, grace_s=10)
     if rc != 0:
         raise RuntimeError(f"deepspeed training failed (exit {rc}): {failure_line(log)}; "
                            f"log: {log}")

@@ -20,15 +20,35 @@ in-process sampler, so the game loop does not change:
   `mars_reload_weights`, vLLM's `reload_weights` plus re-tying tied embeddings, see
   `vllm_ext/mars_vllm_ext.py`) and drops its prefix cache, whose KV entries belong to the old
   weights. Both endpoints exist when the server runs with `VLLM_SERVER_DEV_MODE=1`.
+
+Safety of a server we start:
+- it listens on a loopback address only (`engine.vllm.launch.host`), because vLLM's own
+  `--api-key` check guards the `/v1`, `/v2`, `/inference` and `/cohere` routes only, not the
+  dev-mode ones (`/collective_rpc`, `/reset_prefix_cache`, `/sleep`, ...; vllm 0.32.0,
+  `entrypoints/serve/middleware/authenticate.py`); our middleware `mars_vllm_ext.RequireKey`
+  puts every route but `/health` behind the key;
+- each start gets a new random API key (`secrets`), given to the server as VLLM_API_KEY in its
+  environment (never on its command line, where `ps` shows it, nor in a log or config); the
+  client sends it as `Authorization: Bearer` on every request. A server given by URL gets the
+  key from the environment variable `engine.vllm.api_key_env` names;
+- it never outlives the pipeline (`start_group`): it runs in its own session under a keeper
+  (`vllm_ext/mars_keeper.py`, a child subreaper) that SIGKILLs everything below it once the
+  pipeline's process is gone (kill -9 included), and whatever the server leaves behind when
+  it exits; the server itself has PR_SET_PDEATHSIG=SIGKILL towards the keeper.
+  `<log dir>/vllm_server.pid` records the group; the next start kills a group whose recorded
+  parent died (start times guard against PID reuse) before starting its own.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
+import json
+import math
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,22 +56,166 @@ from pathlib import Path
 
 import httpx
 
+from mars_core.config_engine import GiB, is_loopback
 from mars_core.engines.base import request_seed
 from mars_core.types import Completion, SamplingParams
 
 
 EXTENSION_DIR = Path(__file__).parent / "vllm_ext"  # on the server's PYTHONPATH
 EXTENSION = "mars_vllm_ext.WeightSync"
+MIDDLEWARE = "mars_vllm_ext.RequireKey"
+KEEPER = EXTENSION_DIR / "mars_keeper.py"
 
 
 class VLLMError(RuntimeError):
     """A vLLM server could not be started, reached or asked to do something (one line)."""
 
 
+class ProcessGroupError(RuntimeError):
+    """A process group cannot be started safely (one line)."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host.strip("[]"), 0))
         return s.getsockname()[1]
+
+
+def cpu_kv_cache_gib(nbytes: int) -> int:
+    """VLLM_CPU_KVCACHE_SPACE for a KV cache of `nbytes`: vLLM's CPU build reads it as a whole
+    number of GiB (`int(...) * GiB_bytes`, vllm 0.32.0 `platforms/cpu.py`), so rounded up."""
+    if nbytes <= 0:
+        raise ValueError(f"the CPU KV cache needs a positive size, got {nbytes} bytes")
+    return math.ceil(nbytes / GiB)
+
+
+# ---- process groups that die with the pipeline (the vLLM server, the DeepSpeed launcher) ----
+
+def _start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); None
+    when there is no such live process. Without /proc: 0 for any live process."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def group_tree(pgid: int) -> list[int]:
+    """The live (not zombie) members of process group `pgid` and every process below them
+    (torchrun starts each rank in a session of its own). Without /proc: [pgid] while the
+    group exists."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except ProcessLookupError:
+            return []
+    parents, found = {}, set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] not in ("Z", "X"):
+                parents[int(name)] = int(fields[1])
+                if int(fields[2]) == pgid:
+                    found.add(int(name))
+    todo = list(found)
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent and p not in found]
+        found.update(kids)
+        todo += kids
+    return sorted(found)
+
+
+def kill_tree(pgid: int, wait_s: float = 10) -> None:
+    """SIGKILL `group_tree(pgid)` until nothing of it is left (waiting up to `wait_s`)."""
+    deadline = time.monotonic() + wait_s
+    while (pids := group_tree(pgid)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def take_over(pid_file: Path) -> None:
+    """Before starting the group `pid_file` records: if anything of the group it names is
+    left and the process that started it is gone (a killed pipeline's leftovers), kill that
+    group and what runs below it (`kill_tree`); then remove the file. Left alone: a recorded
+    PID that now belongs to another process (another start time). While the leader is gone,
+    only leftovers of its group can hold the group's id, so killing the group then is safe.
+    Raises ProcessGroupError when the recorded parent (same start time) is alive: that
+    process owns the group."""
+    try:
+        rec = json.loads(Path(pid_file).read_text())
+        pid, pgid, start = int(rec["pid"]), int(rec["pgid"]), rec["start"]
+        parent, parent_start = int(rec["parent"]), rec["parent_start"]
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: nothing to trust in it
+        Path(pid_file).unlink(missing_ok=True)
+        return
+    now = _start_ticks(pid)
+    if (now is None and group_tree(pgid)) or (now is not None and now == start):
+        if _start_ticks(parent) == parent_start:
+            raise ProcessGroupError(f"{pid_file}: process {pid} is still run by the live "
+                                    f"process {parent}; stop that one first")
+        kill_tree(pgid)
+    Path(pid_file).unlink(missing_ok=True)
+
+
+def start_group(command: list[str], pid_file: str | Path, *, env: dict[str, str] | None = None,
+                stdout=None) -> subprocess.Popen:
+    """Start `command` in a new session under our keeper (`vllm_ext/mars_keeper.py`: the group
+    dies with this process, also when it is killed) after `take_over(pid_file)`; record the
+    group in `pid_file` (JSON: pid, pgid, start ticks, parent and its start ticks, command).
+    Returns the keeper's Popen (its pid is the group's id); stop it with `stop_group`."""
+    pid_file = Path(pid_file)
+    take_over(pid_file)
+    proc = subprocess.Popen([sys.executable, "-I", str(KEEPER), str(os.getpid()), *command],
+                            stdout=stdout, stderr=subprocess.STDOUT if stdout else None, env=env,
+                            start_new_session=True)
+    rec = {"pid": proc.pid, "pgid": proc.pid, "start": _start_ticks(proc.pid),
+           "parent": os.getpid(), "parent_start": _start_ticks(os.getpid()),
+           "command": [str(c) for c in command]}
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pid_file.with_name(pid_file.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, pid_file)
+    return proc
+
+
+def stop_group(proc: subprocess.Popen, pid_file: str | Path, grace_s: float = 30) -> None:
+    """Stop a group `start_group` started: SIGTERM to all of it, SIGKILL after `grace_s`; then
+    remove its pid file."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            break
+    if group_tree(proc.pid):  # the keeper was killed on its own: only leftovers hold the id
+        kill_tree(proc.pid)
+    Path(pid_file).unlink(missing_ok=True)
 
 
 def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1",
@@ -60,13 +224,14 @@ def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1
                    enforce_eager: bool = False, extra_args: tuple[str, ...] = ()) -> list[str]:
     """The server's command line. `--generation-config vllm`: the model folder's sampling
     defaults never change what we ask for; `served-model-name policy`: requests do not depend
-    on the folder currently loaded."""
+    on the folder currently loaded; `--middleware`: with VLLM_API_KEY set, every route but
+    /health wants the key. Never an API key: the command line is public (`ps`)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", "policy", "--host", host, "--port", str(port),
            "--dtype", dtype, "--gpu-memory-utilization", str(gpu_memory_utilization),
            "--seed", str(seed), "--logprobs-mode", "processed_logprobs",
            "--generation-config", "vllm", "--disable-uvicorn-access-log",
-           "--worker-extension-cls", EXTENSION]
+           "--worker-extension-cls", EXTENSION, "--middleware", MIDDLEWARE]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     if enforce_eager:
@@ -77,12 +242,17 @@ def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1
 class VLLMServer:
     """A vLLM OpenAI-compatible server that we start (`start`) and stop (`stop`).
 
-    The process runs in its own session (so stopping it takes its engine workers along) with
-    `VLLM_SERVER_DEV_MODE=1` (the weight-reload and cache endpoints) and the hub offline; its
-    output goes to `log_path`."""
+    `command` is any command line with `--host` and `--port` (`launch_command`'s). It runs
+    under `start_group` (its own session, gone with this process, recorded in `pid_file`:
+    by default `vllm_server.pid` beside `log_path`, where its output goes) with the hub
+    offline, the CPU build's KV cache at `cpu_kv_cache_bytes`, the API key `api_key` (None:
+    no key) in its environment, and `VLLM_SERVER_DEV_MODE=1` (the weight-reload and cache
+    endpoints) only when the host is a loopback address."""
 
     def __init__(self, command: list[str], *, env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None, startup_timeout_s: float = 900):
+                 log_path: str | Path | None = None, startup_timeout_s: float = 900,
+                 api_key: str | None = None, cpu_kv_cache_bytes: int = GiB,
+                 pid_file: str | Path | None = None):
         python = command[0]
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise VLLMError(f"no vLLM environment at {python!r} (engine.vllm.launch.python): build "
@@ -91,30 +261,41 @@ class VLLMServer:
         self.command = command
         self.host = command[command.index("--host") + 1]
         self.port = int(command[command.index("--port") + 1])
-        self.url = f"http://{self.host}:{self.port}"
+        self.url = f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{self.port}"
+        self.dev_mode = is_loopback(self.host)
         path = os.pathsep.join(p for p in (str(EXTENSION_DIR), os.environ.get("PYTHONPATH")) if p)
-        self.env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
-                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONPATH": path,
-                    **(env or {})}
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                    "DO_NOT_TRACK": "1", "PYTHONPATH": path, **(env or {}),
+                    "VLLM_SERVER_DEV_MODE": "1" if self.dev_mode else "0",
+                    "VLLM_CPU_KVCACHE_SPACE": str(cpu_kv_cache_gib(cpu_kv_cache_bytes))}
+        self.env.pop("VLLM_API_KEY", None)  # the caller's key for other servers is not ours
+        if api_key:
+            self.env["VLLM_API_KEY"] = api_key
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.log_path = Path(log_path or Path(tempfile.gettempdir()) / f"mars-vllm-{self.port}.log")
+        self.pid_file = Path(pid_file) if pid_file else self.log_path.with_suffix(".pid")
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen | None = None
 
     def start(self) -> str:
         """Start the process and wait until `/health` answers; returns the base URL."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.env, start_new_session=True)
+        try:
+            with open(self.log_path, "ab") as log:
+                self.process = start_group(self.command, self.pid_file, env=self.env, stdout=log)
+        except ProcessGroupError as e:
+            raise VLLMError(f"cannot start the vLLM server: {e}") from None
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
+                self.stop()
                 raise VLLMError(f"the vLLM server exited with code {code} while starting: "
                                 f"{last_line(self.log_path)} (log: {self.log_path})")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/health", headers=self.headers,
+                             timeout=2).status_code == 200:
                     return self.url
             except httpx.HTTPError:
                 pass
@@ -123,20 +304,37 @@ class VLLMServer:
         raise VLLMError(f"the vLLM server did not answer within {self.startup_timeout_s:.0f} s "
                         f"(engine.vllm.launch.startup_timeout_s); log: {self.log_path}")
 
+    def gone(self, wait_s: float = 0) -> str | None:
+        """None while the server runs (after waiting up to `wait_s` for it to end); else one
+        line: how it ended, its log's last line when it exited by itself, the log's path."""
+        proc = self.process
+        if proc is None:
+            return f"the vLLM server at {self.url} was stopped"
+        try:
+            code = proc.wait(timeout=wait_s) if wait_s > 0 else proc.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return None
+        how = killed_by(code) or f"exited with code {code}: {last_line(self.log_path)}"
+        return f"the vLLM server (pid {proc.pid}) died ({how}); log: {self.log_path}"
+
     def stop(self) -> None:
-        """Terminate the server's process group (SIGTERM, then SIGKILL after 30 s)."""
+        """Stop the server's process group (SIGTERM, then SIGKILL after 30 s); remove its pid
+        file."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-            except ProcessLookupError:
-                return
+        if proc is not None:
+            stop_group(proc, self.pid_file)
+
+
+def killed_by(code: int) -> str | None:
+    """"killed by SIGKILL" for a process's exit status -9 or 137 (the keeper's 128 + signal
+    for its command); None for an exit by itself."""
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        return f"killed by {signal.Signals(sig).name}" if sig else None
+    except ValueError:
+        return None
 
 
 def last_line(path: Path) -> str:
@@ -149,17 +347,21 @@ def last_line(path: Path) -> str:
 
 
 class VLLMEngine:
-    """The `Engine` interface over a vLLM server (see the module docstring)."""
+    """The `Engine` interface over a vLLM server (see the module docstring). Every request
+    carries `api_key` (None: none) as a bearer token. With `server` (the process we started),
+    a request that fails, or waits while that process is gone, fails at once with one line
+    saying the server died, instead of waiting for `timeout_s`."""
 
     def __init__(self, url: str, tokenizer, *, max_concurrency: int = 256,
                  timeout_s: float = 600, served: str | Path | None = None,
-                 server: VLLMServer | None = None):
+                 server: VLLMServer | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")
         self.tokenizer = tokenizer
         self.max_concurrency = max(1, int(max_concurrency))
         self.timeout_s = timeout_s
         self.served = str(Path(served).resolve()) if served else None  # as far as we know
         self.server = server  # the process we started, if we did (`stop` ends it)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         info = self._get("/v1/models")["data"][0]
         self.model_name = info["id"]
         self.max_positions = int(info.get("max_model_len") or (1 << 30))
@@ -222,8 +424,8 @@ class VLLMEngine:
         in_flight = 0
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
-        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s,
-                                     limits=limits) as client:
+        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
+                                     headers=self.headers) as client:
             async def one(i: int, prompt: list[int]) -> Completion:
                 nonlocal in_flight
                 if len(prompt) >= self.max_positions:
@@ -231,30 +433,68 @@ class VLLMEngine:
                 async with limit:
                     in_flight += 1
                     self.stats["max_in_flight"] = max(self.stats["max_in_flight"], in_flight)
-                    try:
-                        body = completion_request(prompt, params, i, self.model_name,
-                                                  self.max_positions)
-                        r = await client.post("/v1/completions", json=body)
-                    except httpx.HTTPError as e:
-                        raise VLLMError(f"vLLM request to {self.url} failed: {e!r}") from None
-                    finally:
-                        in_flight -= 1
+                    body = completion_request(prompt, params, i, self.model_name,
+                                              self.max_positions)
+                    r = await _request(client.post("/v1/completions", json=body))
+                    in_flight -= 1
+                if isinstance(r, httpx.HTTPError):
+                    raise self._error(f"vLLM request to {self.url} failed", r,
+                                      await self._gone_async(3))
                 return parse_choice(_json(r, "generate"))
 
-            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+            work = asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+            if self.server is None:
+                return list(await work)
+            watch = asyncio.ensure_future(self._watch_server())
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the server died under the requests
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                watch.result()
+            watch.cancel()
+            return list(work.result())
+
+    async def _watch_server(self) -> None:
+        """Raise VLLMError once the server process we started is gone (checked every 0.5 s)."""
+        while (gone := self.server.gone()) is None:
+            await asyncio.sleep(0.5)
+        raise self._error("", None, gone)
 
     # -- HTTP ----------------------------------------------------------------------------
+    @staticmethod
+    def _error(message: str, e: Exception | None, gone: str | None) -> VLLMError:
+        """The error for a request that failed with `e`: the server's death when the process
+        we started is gone (`gone`), else `message` and `e`."""
+        if gone is not None:
+            return VLLMError(gone + "; run the same command again to resume with a new server")
+        return VLLMError(f"{message}: {e!r}")
+
+    def _gone(self, wait_s: float) -> str | None:
+        """`VLLMServer.gone` of the server we started, given `wait_s` to end (its keeper reaps
+        the group first, so a dead server's process ends shortly after its socket); None for a
+        server given by URL."""
+        return self.server.gone(wait_s) if self.server is not None else None
+
+    async def _gone_async(self, wait_s: float) -> str | None:
+        """`_gone` without blocking the event loop."""
+        if self.server is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while (gone := self.server.gone()) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return gone
+
     def _get(self, route: str) -> dict:
-        try:
-            return _json(httpx.get(self.url + route, timeout=30), route)
-        except httpx.HTTPError as e:
-            raise VLLMError(f"cannot reach the vLLM server at {self.url}: {e!r}") from None
+        r = _call(httpx.get, self.url + route, headers=self.headers, timeout=30)
+        if isinstance(r, httpx.HTTPError):
+            raise self._error(f"cannot reach the vLLM server at {self.url}", r, self._gone(3))
+        return _json(r, route)
 
     def _post(self, route: str, body: dict | None, what: str) -> None:
-        try:
-            r = httpx.post(self.url + route, json=body, timeout=self.timeout_s)
-        except httpx.HTTPError as e:
-            raise VLLMError(f"cannot {what} on the vLLM server at {self.url}: {e!r}") from None
+        r = _call(httpx.post, self.url + route, json=body, headers=self.headers,
+                  timeout=self.timeout_s)
+        if isinstance(r, httpx.HTTPError):
+            raise self._error(f"cannot {what} on the vLLM server at {self.url}", r, self._gone(3))
         if r.status_code == 404:
             raise VLLMError(f"the vLLM server at {self.url} has no {route}: start it with "
                             "VLLM_SERVER_DEV_MODE=1 so the pipeline can update its weights")
@@ -291,7 +531,28 @@ def parse_choice(payload: dict) -> Completion:
     return Completion(ids, logprobs, choice.get("text") or "", reason)
 
 
+def _call(method, *args, **kwargs) -> httpx.Response | httpx.HTTPError:
+    """A request's response, or its error returned (not raised), so that the error we raise
+    for it does not carry the HTTP error as its context."""
+    try:
+        return method(*args, **kwargs)
+    except httpx.HTTPError as e:
+        return e
+
+
+async def _request(pending) -> httpx.Response | httpx.HTTPError:
+    """`_call` for an awaitable request."""
+    try:
+        return await pending
+    except httpx.HTTPError as e:
+        return e
+
+
 def _json(response: httpx.Response, what: str) -> dict:
+    if response.status_code == 401:
+        raise VLLMError(f"vLLM {what} failed (401): the server at {response.request.url.host} "
+                        "wants its API key; give it in the environment variable "
+                        "engine.vllm.api_key_env names (default VLLM_API_KEY)")
     if response.status_code != 200:
         detail = response.text.strip().replace("\n", " ")[:300]
         raise VLLMError(f"vLLM {what} failed ({response.status_code}): {detail}")

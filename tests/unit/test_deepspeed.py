@@ -1,9 +1,15 @@
-"""The DeepSpeed backend's pure parts, without starting DeepSpeed: the generated config (ZeRO
-stage, offload, bf16, the `extra` merge), the launch command and environment, the failure
-line, the SPEC checks and the updater's calls. The real worker runs in
+"""The DeepSpeed backend's parts short of training: the generated config (ZeRO stage,
+offload, bf16, the `extra` merge), the launch command and environment, the failure line, the
+SPEC checks and the updater's calls; and that the launcher's processes never outlive the flow
+(DeepSpeed's real launcher, killed before its rank trains). The real worker runs in
 tests/flows/test_deepspeed_backend.py."""
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,3 +150,87 @@ def test_deepspeed_updater_accumulates_unscaled_and_reports_the_step_lr():
     assert engine.calls == [("zero_grad",), ("backward", 3.0, False), ("step",)]
     assert up.step() == (2.0, 0.25)
     assert ds.DeepSpeedUpdater(_FakeEngine()).step() == (0.0, 0.5)  # no norm yet: 0.0
+
+
+# a flow process: runs `launch` (1 rank, the launcher argv[3]) on the spec in argv[1]; Ctrl-C
+# raises KeyboardInterrupt even when the tests run in the background (SIGINT ignored)
+FLOW = """
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from mars_core import train_deepspeed as ds
+from mars_core.config import TrainerConfig
+trainer = TrainerConfig(backend="deepspeed", deepspeed={"launcher": sys.argv[3]})
+ds.launch(json.loads(sys.argv[1]), trainer, sys.argv[2])
+"""
+RANK = b"-u\x00-m\x00mars_core.train_deepspeed\x00"  # a rank's command line, either launcher
+
+
+def _descendants(pid: int) -> list[int]:
+    """The live processes below `pid` (from /proc)."""
+    parents = {}
+    for p in Path("/proc").iterdir():
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split() if p.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] not in ("Z", "X"):
+            parents[int(p.name)] = int(fields[1])
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, par in parents.items() if par == parent]
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("launcher, how", [("deepspeed", "kill -9"), ("deepspeed", "Ctrl-C"),
+                                           ("torchrun", "kill -9")])
+def test_the_launcher_and_its_ranks_never_outlive_the_flow(tmp_path, launcher, how):
+    """`launch` runs the launcher as a process group under a keeper: a flow killed with kill -9
+    takes launcher, per-node launcher and ranks along (also torchrun's, each in a session of
+    its own); its pid file stays, for the next start to check. An interrupted flow stops them
+    and removes its pid file."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "train_step.partial"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ds.REPO_ROOT)}
+    flow = subprocess.Popen([sys.executable, "-c", FLOW, json.dumps(_spec(tmp_path)), str(out),
+                             launcher], env=env, cwd=ds.REPO_ROOT, stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any(RANK in _cmdline(p) for p in _descendants(flow.pid)):
+            assert time.monotonic() < deadline and flow.poll() is None, "no rank started"
+            time.sleep(0.1)
+        started = _descendants(flow.pid)
+        record = json.loads((tmp_path / ds.PID_FILE).read_text())  # beside the stage's folder
+        assert record["parent"] == flow.pid and record["pgid"] in started
+        flow.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
+        flow.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in started if _alive(p)]
+        assert (tmp_path / ds.PID_FILE).exists() == (how == "kill -9")
+    finally:
+        if flow.poll() is None:
+            flow.kill()
+        for p in set(started + _descendants(flow.pid)):
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

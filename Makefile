@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui clean
+.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,12 @@ eval-mas: setup
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The whole fault-injection suite: kill -9 at every stage point, the MLflow server down for
+# seconds and for longer than the retry window, the Prefect API lost mid-run, a full disk, two
+# processes on one run, 10,000 fuzzed grader answers. `make test` runs a slice of it.
+test-faults: setup
+	MARS_FAULTS_FULL=1 MARS_FUZZ_N=10000 $(PY) -m pytest -q -p no:cacheprovider -s tests/faults
 
 # vLLM's own environment (the CPU build here; requirements/vllm-gpu.txt on a GPU node). Its
 # torch comes from the local CPU wheel; the vision/audio packages it drags in are not needed.

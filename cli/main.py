@@ -143,18 +143,24 @@ def _overlays(p: argparse.ArgumentParser) -> None:
 
 
 def _check_train(args) -> None:
+    from tasks.paths import check_run_name
+
+    given = args.run_name is not None
+    check_run_name(args.run_name if given else Path(args.config).stem,
+                   "--run-name" if given else "the preset's file name (give --run-name)")
     _check_preset(args.config, args.overlays, args.overrides, Path(args.runs_dir),
-                  args.run_name or Path(args.config).stem)
+                  args.run_name if given else Path(args.config).stem)
 
 
 def _check_preset(preset: str, overlays, overrides, runs_dir: Path, name: str) -> None:
     from mars_core.config import load_config
     from mars_core.models import resolve_model
-    from tasks.paths import prepare_run_dir
+    from tasks.paths import lock_run_dir, prepare_run_dir
 
     cfg = load_config(preset, overrides, overlays=overlays)
     if cfg.model.path != "embedded":
         resolve_model(cfg.model.path)
+    lock_run_dir(runs_dir / name)  # held by this process until it exits (the flow re-enters it)
     prepare_run_dir(runs_dir / name, cfg)  # refuses a run made with another config
 
 
@@ -162,8 +168,13 @@ def _check_compare(args) -> None:
     from mars_core.config import ConfigError, load_strategic_config
     from flows.compare import ABLATIONS
 
+    from tasks.paths import check_run_name
+
     presets = args.presets or list(ABLATIONS)
     stems = [Path(p).stem for p in presets]
+    check_run_name(args.name, "--name")
+    for stem in stems:
+        check_run_name(f"{args.name}-{stem}", "a preset's run name (--name plus its file name)")
     if len(set(stems)) != len(stems):
         raise ConfigError("--presets: two presets share a file name; rename one")
     if args.n is not None and args.n < 1:
@@ -238,17 +249,62 @@ def _check_eval(args) -> None:
         raise ConfigError(f"--out folder does not exist: {out.parent}")
 
 
+def _prefect_api_url() -> str | None:
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None
+
+
+def check_prefect_api() -> None:
+    """With a Prefect server configured (PREFECT_API_URL), refuse in one line when it does not
+    answer, before anything is written (without one, Prefect runs a temporary local server)."""
+    import httpx
+
+    from mars_core.config import ConfigError
+    from mars_core.redact import redact_text
+
+    url = _prefect_api_url()
+    if not url:
+        return
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=10).raise_for_status()
+    except httpx.HTTPError as e:
+        raise ConfigError(f"the Prefect API at {redact_text(url)} does not answer ({type(e).__name__}"
+                          "): start it (`make prefect-ui`) or unset PREFECT_API_URL to run with a "
+                          "temporary local server") from None
+
+
+def _prefect_outage(e: BaseException) -> str | None:
+    """The one line for a run that lost its Prefect API mid-way (None: another error)."""
+    import httpx
+
+    url = _prefect_api_url()
+    seen = e
+    while seen is not None:
+        if isinstance(seen, httpx.TransportError) or "Failed to reach API" in str(seen):
+            from mars_core.redact import redact_text
+
+            return (f"lost the Prefect API at {redact_text(url or 'the Prefect server')} mid-run "
+                    f"({type(seen).__name__}); finished stages are saved: run the same command "
+                    "again to resume")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
     args = _parser().parse_args(argv)
     from mars_core.config import ConfigError
     from mars_core.models import ModelError
+    from mars_core.stages import StageError
     from tasks.paths import RunDirError
-    from tasks.tracking import RegistryError
+    from tasks.tracking import RegistryError, TrackingError
 
-    errors = (ConfigError, ModelError, RunDirError, RegistryError)
+    errors = (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError)
     try:
+        if args.command != "replay":
+            check_prefect_api()
         {"train": _check_train, "compare": _check_compare, "eval": _check_eval,
          "replay": replay.check, "arena": arena.check}[args.command](args)
         result = _run(args)
@@ -259,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except errors as e:
         print(f"mars: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        lost = _prefect_outage(e)
+        if lost is None:
+            raise
+        print(f"mars: error: {lost}", file=sys.stderr)
         return 2
     if args.command == "train":
         print(f"mars: done: {result['run_dir']} (MLflow run {result['mlflow_run_id']})")

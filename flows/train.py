@@ -19,9 +19,10 @@ from prefect import flow
 
 from mars_core.config import load_config
 from tasks.batching import bank_episodes, build_batch, compute_advantages
-from tasks.common import initial_policy, shutdown_engines
+from tasks.common import check_finished_stages, initial_policy, shutdown_engines
 from tasks.evaluate import compare_strength, evaluate
-from tasks.paths import checkpoint_dir, prepare_run_dir
+from tasks.paths import (checkpoint_dir, lock_run_dir, prepare_run_dir, run_dir_for,
+                         unlock_run_dir)
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
 from tasks.rollout import generate_rollouts
@@ -47,17 +48,23 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     """Train (or resume) the run `runs_dir/run_name` with the preset `config`, the `overlays`
     merged on top (e.g. configs/scales/smoke.yaml) and then the `key=value` overrides."""
     cfg = load_config(config, overrides or [], overlays=overlays or [])
-    run_dir = str(Path(runs_dir) / (run_name or Path(config).stem))
-    prepare_run_dir(Path(run_dir), cfg)
-    run_id = ensure_run(Path(run_dir))
+    run_dir = str(run_dir_for(runs_dir, run_name or Path(config).stem))
+    lock_run_dir(Path(run_dir))  # one process per run folder (a second one gets a clear error)
     try:
-        result = _iterations(run_dir, cfg)
-    except BaseException:
-        set_terminated(Path(run_dir), run_id, "FAILED")
-        raise
+        resumed = prepare_run_dir(Path(run_dir), cfg)
+        if resumed:
+            check_finished_stages(Path(run_dir))
+        run_id = ensure_run(Path(run_dir))
+        try:
+            result = _iterations(run_dir, cfg)
+        except BaseException:
+            set_terminated(Path(run_dir), run_id, "FAILED")
+            raise
+        finally:
+            shutdown_engines()  # a vLLM server this run started
+        set_terminated(Path(run_dir), run_id)
     finally:
-        shutdown_engines()  # a vLLM server this run started
-    set_terminated(Path(run_dir), run_id)
+        unlock_run_dir(Path(run_dir))
     print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
           f"{result['model_version']} has the alias 'candidate'")
     if result["strength"]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -20,7 +20,8 @@ from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_epi
 from mars_core.types import Episode
 from tasks.common import bf16_wanted
 from tasks.paths import checkpoint_dir, iter_dir, stage_dir
-from tasks.tracking import _experiment_id, _metric_key, download_registered
+from mars_core.redact import redact_text
+from tasks.tracking import _experiment_id, _metric_key, as_params, download_registered
 from tasks.tracking import tracking_uri as local_store
 
 
@@ -126,9 +127,9 @@ def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: lis
 
     client = MlflowClient(tracking_uri=tracking)
     exp = _experiment_id(client, experiment, None)
-    run_id = client.create_run(exp, run_name=name,
+    run_id = client.create_run(exp, run_name=redact_text(name),
                                tags={"mars.kind": "arena", **(tags or {})}).info.run_id
-    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    client.log_batch(run_id, params=as_params(params))
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[
         Metric(_metric_key(key, r["agent"]), float(r[key]), now, 0)

@@ -8,31 +8,105 @@ from typing import Callable
 
 from mars_core.config import Config
 from mars_core.rollout import PromptBuilder
-from mars_core.stages import is_done, read_json, stage_output, write_json
+from mars_core.stages import (PUBLISHED, StageError, fault_point, is_done, read_json,
+                              stage_output, verify_stage, write_json)
 from mars_core.trainer import bf16_supported
 from mars_core.types import SamplingParams
-from tasks.paths import checkpoint_dir, stage_dir
-from tasks.tracking import log_metrics_once
+from tasks.paths import checkpoint_dir, finished_stages, is_heavy, stage_dir
+from tasks.tracking import log_artifacts, log_metrics_once
 
 METRICS = "metrics.json"
 
 
 def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], dict],
-              step: int | None) -> dict:
-    """Run `body(out_dir) -> metrics` unless the stage already finished, then log its metrics
-    (with `time/<stage>`) at `step` exactly once. Returns the metrics."""
+              step: int | None, artifacts: tuple[str, ...] = (), artifact_path: str = "",
+              run_id: str | None = None) -> dict:
+    """Run `body(out_dir) -> metrics` unless the stage already finished, then publish it:
+    its metrics (with `time/<stage>`) at `step` and the files or folders `artifacts` (names in
+    the stage folder; `"."`: the whole folder) under `artifact_path`, to the training run or
+    `run_id`. Files are committed before anything is published; what was published is noted
+    in the stage folder, so a resumed run publishes what is missing, once. Returns the metrics."""
     final = stage_dir(run_dir, k, stage)
     if not is_done(final):
         start = time.perf_counter()
-        with stage_output(final) as out:
+        with stage_output(final, fault=f"{stage}:{k}") as out:
             metrics = body(out)
             metrics[f"time/{stage}"] = time.perf_counter() - start
             write_json(out / METRICS, metrics)
             _fault_pause(f"{stage}:{k}", out)
+        fault_point(f"end:{stage}:{k}")
     metrics = read_json(final / METRICS)
-    if step is not None:
-        log_metrics_once(run_dir, metrics, step)
+    publish_stage(run_dir, final, metrics, step, artifacts, artifact_path, run_id)
     return metrics
+
+
+def publish_stage(run_dir: Path, final: Path, metrics: dict, step: int | None,
+                  artifacts: tuple[str, ...], artifact_path: str, run_id: str | None) -> None:
+    """Publish a finished stage's metrics and artifacts, each once (the ledger `_PUBLISHED.json`
+    in the stage folder; metric steps are checked in MLflow too)."""
+    ledger_file = final / PUBLISHED
+    ledger = read_json(ledger_file) if ledger_file.is_file() else {}
+    wanted = (["metrics"] if step is not None else []) + [f"artifact:{a}" for a in artifacts]
+    if all(ledger.get(w) for w in wanted):
+        return
+    for item in wanted:
+        if ledger.get(item):
+            continue
+        if item == "metrics":
+            log_metrics_once(run_dir, metrics, step, run_id=run_id)
+        else:
+            local = final if item == "artifact:." else final / item.removeprefix("artifact:")
+            if local.exists():
+                log_artifacts(run_dir, local, artifact_path, run_id=run_id)
+        ledger[item] = True
+        write_json(ledger_file, ledger)
+
+
+def check_finished_stages(run_dir: Path) -> None:
+    """Before a resume: every finished stage's files against its marker (sizes; SHA-256 for the
+    stages a resume reads next). The first damaged stage and everything after it are moved to
+    `.damaged/<time>/` and redone; when their inputs are gone (pruned checkpoints), a
+    StageError says which file is damaged."""
+    stages = finished_stages(run_dir)
+    if not stages:
+        return
+    deep = _deep_checked(stages)
+    for i, folder in enumerate(stages):
+        problem = verify_stage(folder, hashes=folder in deep, may_be_gone=is_heavy)
+        if problem is None:
+            continue
+        redo = i - 1 if folder.name == "save_checkpoint" and i > 0 else i  # its train_step too
+        _redo_from(run_dir, stages[redo:], problem)
+        return
+
+
+def _deep_checked(stages: list[Path]) -> set[Path]:
+    """The stages a resume reads: the start policy, the newest checkpoint, the last iteration
+    and the final stages (hashing every old stage would cost more than it protects)."""
+    deep = {s for s in stages if s.name == "prepare_policy" or s.parent.name == "final"}
+    ckpts = [s for s in stages if s.name == "save_checkpoint"]
+    if ckpts:
+        deep.add(ckpts[-1])
+    last_iter = max((s.parent for s in stages if s.parent.name.startswith("iter_")), default=None)
+    deep |= {s for s in stages if s.parent == last_iter}
+    return deep
+
+
+def _redo_from(run_dir: Path, stages: list[Path], problem: str) -> None:
+    first = stages[0]
+    if first.parent.name.startswith("iter_"):
+        k = int(first.parent.name.removeprefix("iter_"))
+        needs = checkpoint_dir(run_dir, k - 1) if k > 0 else None
+        if needs is not None and not any(needs.glob("*.safetensors")):
+            raise StageError(f"{problem}; redoing it needs the weights of {needs}, which were "
+                             "pruned (checkpoint.keep_last): restore the file or start a new run")
+    aside = Path(run_dir) / ".damaged" / time.strftime("%Y%m%d-%H%M%S")
+    for folder in stages:
+        target = aside / folder.relative_to(run_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, target)
+    print(f"{problem}: redoing {len(stages)} stages from {first.relative_to(run_dir)} "
+          f"(the old ones are kept in {aside})", flush=True)
 
 
 def _fault_pause(where: str, out: Path) -> None:
@@ -100,9 +174,13 @@ _VLLM_ENGINES: dict[str, object] = {}  # engine.vllm settings -> its engine, one
 
 
 def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
-    """The process's client of the vLLM server `engine.vllm` describes: the server at `url`,
-    or one we start on first use (with the weights at `path`) and keep for every later stage
-    and iteration until `shutdown_engines`."""
+    """The process's client of the vLLM server `engine.vllm` describes: the server at `url`
+    (its API key from the environment variable `api_key_env` names), or one we start on first
+    use (with the weights at `path` and a new random API key, which only the server's
+    environment and our client hold) and keep for every later stage and iteration until
+    `shutdown_engines`. Its pid file is `<log_dir>/vllm_server.pid`."""
+    import secrets
+
     from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, free_port, launch_command
     from mars_core.models import load_tokenizer
 
@@ -113,6 +191,7 @@ def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
         url = v.url
         if url is None:
             lv = v.launch
+            api_key = secrets.token_urlsafe(32)
             cmd = launch_command(str(Path(lv.python).absolute()), str(Path(path).resolve()),
                                  port=lv.port or free_port(lv.host), host=lv.host, dtype=lv.dtype,
                                  max_model_len=cfg.model.max_context_tokens,
@@ -120,11 +199,20 @@ def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
                                  seed=cfg.run.seed, enforce_eager=lv.enforce_eager,
                                  extra_args=tuple(lv.extra_args))
             server = VLLMServer(cmd, env=lv.env, startup_timeout_s=lv.startup_timeout_s,
-                                log_path=Path(log_dir) / "vllm_server.log" if log_dir else None)
+                                log_path=Path(log_dir) / "vllm_server.log" if log_dir else None,
+                                api_key=api_key, cpu_kv_cache_bytes=lv.cpu_kv_cache_bytes)
             print(f"starting the vLLM server (log: {server.log_path})", flush=True)
             url, served = server.start(), path
-        engine = VLLMEngine(url, load_tokenizer(path), max_concurrency=v.max_concurrency,
-                            timeout_s=v.request_timeout_s, served=served, server=server)
+        else:
+            api_key = os.environ.get(v.api_key_env) or None
+        try:
+            engine = VLLMEngine(url, load_tokenizer(path), max_concurrency=v.max_concurrency,
+                                timeout_s=v.request_timeout_s, served=served, server=server,
+                                api_key=api_key)
+        except BaseException:
+            if server is not None:
+                server.stop()
+            raise
         _VLLM_ENGINES[key] = engine
     return _VLLM_ENGINES[key]
 

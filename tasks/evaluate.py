@@ -14,7 +14,7 @@ from mars_core.stages import write_json
 from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
 from tasks.paths import read_config, stage_dir
 from tasks.rollout import read_episodes, write_episodes
-from tasks.tracking import log_artifacts, log_metrics_once, nested_run
+from tasks.tracking import log_metrics_once, nested_run, set_terminated
 
 STAGE = "evaluate"
 _KEYS = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "mean_return", "ci95",
@@ -47,15 +47,14 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / "results.json", records)
-        for f in sorted(out.iterdir()):  # re-logging after a crash overwrites
-            if f.name == "results.json" or f.name.startswith("transcripts_"):
-                log_artifacts(run_dir, f, "", run_id=child)
         return {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}": r[key]
                 for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
-    metrics = run_stage(run_dir, k, STAGE, body, step=step)
-    log_metrics_once(run_dir, metrics, step, run_id=child)
+    files = ("results.json", *(f"transcripts_{game}.md" for game in cfg.rollout.games))
+    metrics = run_stage(run_dir, k, STAGE, body, step=step, artifacts=files, run_id=child)
+    log_metrics_once(run_dir, metrics, step)  # the training run's curves too
+    set_terminated(Path(run_dir), child)  # the nested run is complete (idempotent)
     return metrics
 
 
@@ -73,8 +72,6 @@ def compare_strength(run_dir: str) -> str:
                               "final": read_episodes(stage_dir(run_dir, last, STAGE))}, "start")
         write_json(out / "strength.json", rows)
         (out / "strength.md").write_text(strength_markdown(rows, "start"))
-        for name in ("strength.json", "strength.md"):
-            log_artifacts(run_dir, out / name, "strength")
         start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}
         metrics = {}
         for r in (r for r in rows if r["policy"] == "final"):
@@ -84,5 +81,6 @@ def compare_strength(run_dir: str) -> str:
                         f"{key}/diff_ci95": r["diff_ci95"]}
         return metrics
 
-    run_stage(run_dir, "final", "strength", body, step=cfg.run.iterations)
+    run_stage(run_dir, "final", "strength", body, step=cfg.run.iterations,
+              artifacts=("strength.json", "strength.md"), artifact_path="strength")
     return (stage_dir(run_dir, "final", "strength") / "strength.md").read_text()

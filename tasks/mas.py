@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -15,7 +15,8 @@ from eval.benchmarks import load
 from eval.mas import run_suite, summarize, wilson, write_records
 from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
 from tasks.common import bf16_wanted
-from tasks.tracking import _experiment_id, _metric_key
+from mars_core.redact import redact_text
+from tasks.tracking import _experiment_id, _metric_key, as_params
 
 
 def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
@@ -58,7 +59,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
 
 
 def _params(client: MlflowClient, run_id: str, params: dict) -> None:
-    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    client.log_batch(run_id, params=as_params(params))
 
 
 def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: list[dict],
@@ -70,7 +71,7 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
 
     client = MlflowClient(tracking_uri=tracking)
     exp = _experiment_id(client, experiment, None)
-    parent = client.create_run(exp, run_name=name, tags={"mars.kind": "mas-eval"}).info.run_id
+    parent = client.create_run(exp, run_name=redact_text(name), tags={"mars.kind": "mas-eval"}).info.run_id
     _params(client, parent, params)
     now = int(time.time() * 1000)
     metrics = [Metric(_metric_key(k), float(v), now, 0) for k, v in (extra_metrics or {}).items()]
@@ -83,7 +84,7 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
     for f in files:
         client.log_artifact(parent, str(f))
     for rep in reports:
-        child = client.create_run(exp, run_name=f"{name} / {rep['label']}",
+        child = client.create_run(exp, run_name=redact_text(f"{name} / {rep['label']}"),
                                   tags={"mlflow.parentRunId": parent, "mars.kind": "mas-eval",
                                         "mars.model": rep["model"]}).info.run_id
         _params(client, child, {"model": rep["model"], "engine": rep["engine"]})
@@ -139,7 +140,7 @@ def log_harness(tracking: str, experiment: str, spec: str, result: dict, out: Pa
     """One MLflow run: `harness/<benchmark>/accuracy` (%) and `.../stderr`, the results file."""
     client = MlflowClient(tracking_uri=tracking)
     exp = _experiment_id(client, experiment, None)
-    run_id = client.create_run(exp, run_name=f"lm-eval {spec}",
+    run_id = client.create_run(exp, run_name=redact_text(f"lm-eval {spec}"),
                                tags={"mars.kind": "lm-eval", "mars.model": spec}).info.run_id
     _params(client, run_id, {"model": spec, **{k: v for k, v in result["config"].items()
                                                if k not in ("sampling", "tasks")}})

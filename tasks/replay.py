@@ -20,7 +20,6 @@ from mars_core.replay import ReplayEpisode, load_replays, pick_spread, write_rep
 from tasks.common import run_stage
 from tasks.paths import iter_dir, read_config
 from tasks.rollout import write_episodes
-from tasks.tracking import log_artifacts
 
 STAGE = "replays"
 
@@ -48,7 +47,7 @@ def write_iteration_replays(run_dir: str, k: int) -> dict:
         picked = pick_spread(load_replays(iter_dir(run_dir, k)), n)
         pages = write_replays(picked, out)
         save_picked(out, picked)
-        log_artifacts(run_dir, out, f"replays/iter_{k:04d}")  # re-logging overwrites
         return {"replays/pages": float(len(pages))}
 
-    return run_stage(run_dir, k, STAGE, body, step=None)
+    return run_stage(run_dir, k, STAGE, body, step=None, artifacts=(".",),
+                     artifact_path=f"replays/iter_{k:04d}")

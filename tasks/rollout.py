@@ -17,7 +17,6 @@ from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns
 from tasks.common import (derive_seed, frozen_snapshots, make_engine, policy_at, prompt_builder,
                           run_stage, sampling)
 from tasks.paths import read_config
-from tasks.tracking import log_artifacts
 
 STAGE = "generate_rollouts"
 
@@ -100,8 +99,6 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
                                  per_game=cfg.rollout.per_game_sampling(seed))
         write_episodes(out, episodes)
         write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
-        for name in ("episodes_sample.parquet", "transcripts.md"):  # re-logging overwrites
-            log_artifacts(run_dir, out / name, f"iter_{k:04d}")
         metrics = {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
         if len(cfg.rollout.games) > 1:  # the generalist: each game's curves too
             for game in cfg.rollout.games:
@@ -116,4 +113,6 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
             metrics["rollout/weight_reload_s"] = engine.stats["reload_seconds"]
         return metrics
 
-    return run_stage(run_dir, k, STAGE, body, step=k)
+    return run_stage(run_dir, k, STAGE, body, step=k,
+                     artifacts=("episodes_sample.parquet", "transcripts.md"),
+                     artifact_path=f"iter_{k:04d}")

@@ -3,7 +3,10 @@
 Default backend: `sqlite:///<runs_dir>/mlflow.db` with artifacts in `<runs_dir>/mlartifacts`;
 `MLFLOW_TRACKING_URI` points it elsewhere (a server). Every logging call is safe to repeat after
 a crash: a metric batch whose step is already recorded is skipped, so a resumed run never
-logs a step twice.
+logs a step twice. Stages commit their files before anything is published, and every call
+here is retried with exponential backoff (tenacity) for `MARS_TRACKING_RETRY_S` seconds
+(default 300): a short outage of the tracking server costs a wait, a long one a clear error
+and a rerun that publishes what is missing.
 """
 from __future__ import annotations
 
@@ -13,13 +16,65 @@ import shutil
 import time
 from pathlib import Path
 
+import hashlib
+import functools
+
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
+                      wait_exponential)
 
-from mars_core.stages import read_json, write_json
+from mars_core.redact import redact, redact_text
+from mars_core.stages import fault_point, read_json, write_json
 from tasks.paths import read_config
 
 RUN_FILE = "mlflow_run.json"
+# MLflow errors that no retry can fix (a bad request, a missing or duplicate resource)
+_PERMANENT = ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS",
+              "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED", "BAD_REQUEST")
+
+
+class TrackingError(Exception):
+    """The tracking server stayed unreachable for the whole retry window (one-line message)."""
+
+
+def _transient(e: BaseException) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(e, (RegistryError, TrackingError, KeyboardInterrupt)):
+        return False
+    if isinstance(e, MlflowException):
+        return e.error_code not in _PERMANENT
+    return isinstance(e, Exception)
+
+
+def as_params(params: dict) -> list[Param]:
+    """MLflow params with every secret masked (mars_core.redact), values cut to 6,000 chars."""
+    return [Param(k, str(v)[:6000]) for k, v in redact(params).items()]
+
+
+def retry_window_s() -> float:
+    return float(os.environ.get("MARS_TRACKING_RETRY_S", "300"))
+
+
+def retrying(fn):
+    """Retry `fn` (idempotent) with exponential backoff (1 s doubling up to 30 s) while its
+    errors look transient, for `MARS_TRACKING_RETRY_S` seconds; then one TrackingError."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        window = retry_window_s()
+        attempt = retry(retry=retry_if_exception(_transient), stop=stop_after_delay(window),
+                        wait=wait_exponential(multiplier=1, min=1, max=30), reraise=False)(fn)
+        try:
+            return attempt(*args, **kwargs)
+        except RetryError as e:
+            last = e.last_attempt.exception()
+            first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
+            raise TrackingError(
+                f"MLflow tracking unreachable for {window:.0f} s ({fn.__name__}: "
+                f"{redact_text(first)}); finished stages are saved: run the same command again "
+                "to resume and publish what is missing") from None
+    return wrapper
 
 
 def tracking_uri(runs_dir: Path) -> str:
@@ -54,6 +109,7 @@ def _find_or_create_run(client: MlflowClient, exp: str, name: str, tags: dict) -
     return client.create_run(exp, run_name=name, tags=tags).info.run_id
 
 
+@retrying
 def ensure_run(run_dir: Path) -> str:
     """The MLflow run id of this training run, created (with the config as params) once."""
     run_dir = Path(run_dir)
@@ -65,7 +121,8 @@ def ensure_run(run_dir: Path) -> str:
     exp = _experiment_id(client, cfg.tracking.experiment, run_dir.parent)
     key = str(run_dir.resolve())
     run_id = _find_or_create_run(client, exp, run_dir.name, {"mars.key": key, "mars.run_dir": key})
-    params = [Param(k, str(v)[:6000]) for k, v in cfg.flat().items()]
+    fault_point("mid:ensure_run:init")
+    params = as_params(cfg.flat())
     logged = client.get_run(run_id).data.params
     params = [p for p in params if p.key not in logged]
     for i in range(0, len(params), 100):
@@ -74,6 +131,7 @@ def ensure_run(run_dir: Path) -> str:
     return run_id
 
 
+@retrying
 def nested_run(run_dir: Path, label: str) -> str:
     """A child run (for an evaluation), created once per label."""
     run_dir = Path(run_dir)
@@ -89,6 +147,7 @@ def nested_run(run_dir: Path, label: str) -> str:
     return run_id
 
 
+@retrying
 def log_metrics_once(run_dir: Path, metrics: dict[str, float], step: int,
                      run_id: str | None = None) -> bool:
     """Log a batch at `step` unless this batch was logged already (a resumed stage).
@@ -97,16 +156,19 @@ def log_metrics_once(run_dir: Path, metrics: dict[str, float], step: int,
         return False
     client = client_for(run_dir)
     run_id = run_id or ensure_run(run_dir)
-    first = sorted(metrics)[0]
-    if any(m.step == step for m in client.get_metric_history(run_id, first)):
-        return False
     now = int(time.time() * 1000)
     batch = [Metric(_metric_key(k), float(v), now, step) for k, v in sorted(metrics.items())]
-    for i in range(0, len(batch), 500):
-        client.log_batch(run_id, metrics=batch[i:i + 500])
-    return True
+    logged = False
+    for i in range(0, len(batch), 500):  # each chunk is one transaction: check its first key
+        chunk = batch[i:i + 500]
+        if any(m.step == step for m in client.get_metric_history(run_id, chunk[0].key)):
+            continue
+        client.log_batch(run_id, metrics=chunk)
+        logged = True
+    return logged
 
 
+@retrying
 def log_artifacts(run_dir: Path, local: Path, artifact_path: str, run_id: str | None = None) -> None:
     client = client_for(run_dir)
     run_id = run_id or ensure_run(run_dir)
@@ -116,10 +178,23 @@ def log_artifacts(run_dir: Path, local: Path, artifact_path: str, run_id: str | 
         client.log_artifact(run_id, str(local), artifact_path)
 
 
-def set_terminated(run_dir: Path, run_id: str, status: str = "FINISHED") -> None:
+@retrying
+def _set_terminated(run_dir: Path, run_id: str, status: str) -> None:
     client_for(run_dir).set_terminated(run_id, status)
 
 
+def set_terminated(run_dir: Path, run_id: str, status: str = "FINISHED") -> None:
+    """Close the MLflow run. A FAILED mark is best effort, once (the run is failing already,
+    perhaps because tracking is down; the resumed run closes it)."""
+    if status == "FINISHED":
+        return _set_terminated(run_dir, run_id, status)
+    try:
+        client_for(run_dir).set_terminated(run_id, status)
+    except Exception:  # noqa: BLE001 - never hide the error that failed the run
+        pass
+
+
+@retrying
 def register_model(run_dir: Path, model_dir: Path, name: str, alias: str) -> int:
     """Log a model folder as the run's `model` artifact, register it as a new version of
     `name` and point `alias` at it. Idempotent per run directory."""
@@ -137,7 +212,9 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str) -> int
         mv = max(mine, key=lambda v: int(v.version))
     else:
         client.log_artifacts(run_id, str(model_dir), "model")
+        fault_point("mid:register_model:final")
         mv = client.create_model_version(name, source=source, run_id=run_id)
+        fault_point("end:register_model:final")
     client.set_registered_model_alias(name, alias, mv.version)
     write_json(done, {"name": name, "version": int(mv.version), "alias": alias, "source": source})
     return int(mv.version)
@@ -150,9 +227,12 @@ class RegistryError(Exception):
     """A registered-model URI that cannot be resolved (one-line message)."""
 
 
+@retrying
 def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
-    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local model folder (downloaded
-    once per version into `cache_dir/registry/NAME/vN`)."""
+    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local model folder, downloaded once
+    into `cache_dir/registry/NAME/vN-<key>`. The key hashes the tracking store, the version's
+    run and its source: versions restart at 1 in every new store, so `NAME/v1` alone would
+    serve the weights of another store (or of a run since deleted)."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
@@ -165,7 +245,9 @@ def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
               else client.get_model_version(m["name"], m["version"]))
     except MlflowException as e:
         raise RegistryError(f"{uri} not found in {tracking}: {str(e).splitlines()[0]}") from None
-    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}"
+    ident = "\n".join((tracking, mv.run_id or "", mv.source or "", str(mv.creation_timestamp)))
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}-{key}"
     if not (target / "config.json").is_file():
         tmp = target.with_name(target.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -195,9 +277,10 @@ def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
 
     client = MlflowClient(tracking_uri=tracking)
     exp = _experiment_id(client, experiment, None)
+    policy = redact_text(policy)
     parent = client.create_run(exp, run_name=f"strategic {policy}",
                                tags={"mars.kind": "strategic-eval", "mars.policy": policy}).info.run_id
-    client.log_batch(parent, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    client.log_batch(parent, params=as_params(params))
     now = int(time.time() * 1000)
     scores = per_game_normalized(records)
     metrics = [Metric(_metric_key("normalized_return", g), v, now, 0) for g, v in scores.items()]
@@ -231,7 +314,7 @@ def log_comparison(tracking: str, experiment: str, name: str, params: dict, rows
     exp = _experiment_id(client, experiment, None)
     run_id = client.create_run(exp, run_name=f"compare {name}",
                                tags={"mars.kind": "comparison"}).info.run_id
-    client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    client.log_batch(run_id, params=as_params(params))
     now = int(time.time() * 1000)
     metrics = [Metric(_metric_key("normalized_return", r["policy"], col), float(v), now, 0)
                for r in rows for col, v in r.items() if col != "policy" and v is not None]

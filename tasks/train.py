@@ -18,23 +18,17 @@ from mars_core.models import load_model, load_tokenizer, resolve_model
 from mars_core.reports import rollout_metrics
 from mars_core.rollout import play_episodes
 from mars_core.samplers import plan_episodes
-from mars_core.stages import MARKER, read_json, write_json
+from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
 from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
                                make_optimizer, ppo_update, sft_steps)
 from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
 from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
                           run_stage, sampling, use_bf16)
-from tasks.paths import checkpoint_dir, read_config, stage_dir
+from tasks.paths import checkpoint_dir, is_heavy, read_config, stage_dir
 from tasks.tracking import register_model
 
 # the DeepSpeed worker's spec, log and metrics stay in train_step/, out of the checkpoint
 DS_RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE)
-
-
-def _is_heavy(name: str) -> bool:
-    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder included): what pruning
-    removes from old checkpoints."""
-    return name.endswith(".safetensors") or name in (TRAINER_STATE, DEEPSPEED_STATE)
 
 
 def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
@@ -42,7 +36,7 @@ def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
     returns the bytes linked."""
     size = 0
     for f in src.iterdir():
-        if f.name in (MARKER, "metrics.json", *skip):
+        if f.name in (MARKER, PUBLISHED, "metrics.json", *skip):
             continue
         if f.is_dir():
             shutil.copytree(f, out / f.name, copy_function=os.link)
@@ -172,7 +166,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
                 "reference": _absolute(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None,
                 "samples": str(samples_file.resolve()), "out": str(out.resolve()),
                 "resume": str(prev.resolve()) if prev.is_dir() else None,
-                "config": cfg.model_dump(mode="json"), "iteration": k,
+                "config": cfg.public(), "iteration": k,
                 "seed": derive_seed(cfg, k, 4), "bf16": use_bf16(cfg)}
         metrics = ds.launch(spec, cfg.trainer, out)
     else:
@@ -222,7 +216,7 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
 def _drop_heavy(folder: Path) -> None:
     if folder.is_dir():
         for f in folder.iterdir():
-            if _is_heavy(f.name):
+            if is_heavy(f.name):
                 if f.is_dir():
                     shutil.rmtree(f)
                 else:

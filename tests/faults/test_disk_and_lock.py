@@ -1,0 +1,94 @@
+"""A disk that fills while a checkpoint is written, and two processes on one run folder."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mars_core.stages import is_done, verify_stage
+from tests.conftest import REPO
+from tests.faults.compare_runs import assert_same_run
+from tests.faults.conftest import run_env, train, train_args
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+def _wait_for(flag: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
+    end = time.time() + timeout
+    while not flag.exists():
+        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-2000:]}"
+        assert time.time() < end, "the run never reached its fault point"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs (needs root and CAP_SYS_ADMIN; skipped where mounting is not allowed)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_dir, prefect_api,
+                                             reference_run):
+    runs, flag = small_disk / "runs", tmp_path / "flag"
+    tracking = f"sqlite:///{tmp_path}/mlflow.db"  # the store stays on a disk with room
+    args = train_args(runs, "full", tiny_model_dir)
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=run_env(prefect_api, MLFLOW_TRACKING_URI=tracking,
+                                                   MARS_FAULT_WAIT="start:train_step:1",
+                                                   MARS_FAULT_WAIT_FILE=str(flag)))
+    _wait_for(flag, proc)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:  # fill the disk to the last block
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    flag.unlink()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("mars: error: no space left on the disk"), last
+    assert "train_step" in last and "run the same command again" in last
+    previous = runs / "full/iter_0000/save_checkpoint"
+    assert is_done(previous) and verify_stage(previous) is None  # intact, every byte
+    assert not is_done(runs / "full/iter_0001/train_step")
+    assert not (runs / "full/iter_0001/train_step.partial").exists()
+    filler.unlink()
+    done = train(args, run_env(prefect_api, MLFLOW_TRACKING_URI=tracking))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(reference_run, runs / "full", tracking=tracking)
+
+
+def test_a_second_process_on_the_same_run_is_refused(tmp_path, tiny_model_dir, prefect_api):
+    runs, flag = tmp_path / "runs", tmp_path / "flag"
+    args = train_args(runs, "twice", tiny_model_dir)
+    first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=run_env(prefect_api, MARS_FAULT_WAIT="mid:prepare_policy:init",
+                                                    MARS_FAULT_WAIT_FILE=str(flag)))
+    _wait_for(flag, first)
+    second = train(args, run_env(prefect_api))
+    assert second.returncode == 2
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith("mars: error: run folder") and "Traceback" not in second.stderr
+    assert f"is in use by process {first.pid} on" in last
+    assert (runs / "twice/init/prepare_policy.partial").is_dir()  # the first one's work, kept
+    flag.unlink()
+    out, err = first.communicate(timeout=900)
+    assert first.returncode == 0, err[-3000:]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{runs}/mlflow.db")
+    names = [r.info.run_name for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()])]
+    assert names.count("twice") == 1

@@ -1,0 +1,80 @@
+"""kill -9 at every stage point, then the same command again, until the run finishes: it ends
+equal to an uninterrupted run. Each kill point is a real SIGKILL of the `mars train` process
+(MARS_FAULT_KILL=<point>, mars_core.stages.fault_point):
+
+- `start:<stage>:<k>`: the stage's scratch folder exists, nothing written;
+- `mid:<stage>:<k>`: every file written, the completion marker not yet;
+- `end:<stage>:<k>`: the marker written, nothing published to MLflow yet;
+- and inside the MLflow bookkeeping: the run created but not noted, the model's files uploaded
+  but no version, a version created but no alias.
+
+One chain of runs: each run is killed at the next point, so the points are survived in the
+order the flow reaches them. `make test` runs a slice; `make test-faults` all of them."""
+from __future__ import annotations
+
+import pytest
+
+from tests.faults.compare_runs import assert_same_run
+from tests.faults.conftest import FULL, run_env, train, train_args
+
+pytestmark = pytest.mark.timeout(7200 if FULL else 1500)
+
+STAGES_INIT = ("prepare_policy", "evaluate")
+STAGES_ITER = ("generate_rollouts", "build_players", "filter_steps", "assign_rewards",
+               "bank_episodes", "build_batch", "compute_advantages", "replays", "train_step",
+               "save_checkpoint", "evaluate")
+WHEN = ("start", "mid", "end")
+
+
+def every_point() -> list[str]:
+    points = ["mid:ensure_run:init"]
+    points += [f"{w}:{s}:init" for s in STAGES_INIT for w in WHEN]
+    points += [f"{w}:{s}:0" for s in STAGES_ITER for w in WHEN]
+    points += ["mid:train_step:1", "end:save_checkpoint:1", "mid:evaluate:1"]
+    points += [f"{w}:model:final" for w in WHEN]
+    points += ["mid:register_model:final", "end:register_model:final"]
+    points += [f"{w}:strength:final" for w in WHEN]
+    return points
+
+
+SLICE = ["mid:ensure_run:init", "mid:prepare_policy:init", "end:generate_rollouts:0",
+         "start:compute_advantages:0", "mid:train_step:0", "end:save_checkpoint:0",
+         "mid:evaluate:1", "mid:register_model:final"]
+
+
+def test_kill_at_every_point_then_resume(tmp_path, tiny_model_dir, prefect_api, reference_run):
+    runs = tmp_path / "runs"
+    args = train_args(runs, "crashy", tiny_model_dir)
+    points = every_point() if FULL else SLICE
+    for point in points:
+        killed = train(args, run_env(prefect_api, MARS_FAULT_KILL=point))
+        assert killed.returncode == -9, (f"kill point {point} was not reached (exit "
+                                         f"{killed.returncode}): {killed.stderr[-2000:]}")
+    done = train(args, run_env(prefect_api))
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"kill points survived: {len(points)}")
+    assert_same_run(reference_run, runs / "crashy")
+    # the same command once more: nothing to do, nothing logged twice
+    again = train(args, run_env(prefect_api))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert_same_run(reference_run, runs / "crashy")
+
+
+@pytest.mark.skipif(not FULL, reason="make test-faults")
+def test_a_corrupt_checkpoint_is_found_and_redone_on_resume(tmp_path, tiny_model_dir, prefect_api,
+                                                            reference_run):
+    runs = tmp_path / "runs"
+    args = train_args(runs, "rot", tiny_model_dir)
+    killed = train(args, run_env(prefect_api, MARS_FAULT_KILL="start:generate_rollouts:1"))
+    assert killed.returncode == -9
+    weights = next((runs / "rot/iter_0000/save_checkpoint").glob("*.safetensors"))
+    with open(weights, "r+b") as f:  # one byte rots on disk, the size stays
+        f.seek(weights.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    done = train(args, run_env(prefect_api))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "does not match the SHA-256" in done.stdout + done.stderr
+    assert list((runs / "rot/.damaged").glob("*/iter_0000/save_checkpoint"))
+    assert_same_run(reference_run, runs / "rot")

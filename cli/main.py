@@ -287,7 +287,7 @@ def _prefect_outage(e: BaseException) -> str | None:
             return (f"lost the Prefect API at {redact_text(url or 'the Prefect server')} mid-run "
                     f"({type(seen).__name__}); finished stages are saved: run the same command "
                     "again to resume")
-        seen = seen.__cause__ or seen.__context__
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     return None
 
 
@@ -301,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.paths import RunDirError
     from tasks.tracking import RegistryError, TrackingError
 
-    errors = (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError)
+    from mars_core.engines.vllm_server import VLLMError
+
+    errors = (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError,
+              VLLMError)
     try:
         if args.command != "replay":
             check_prefect_api()

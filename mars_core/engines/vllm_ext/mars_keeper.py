@@ -99,15 +99,17 @@ def main(argv: list[str]) -> int:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: exec resets it
     keeper = os.getpid()
-    child = subprocess.Popen(command, preexec_fn=lambda: die_with_keeper(keeper)).pid
+    # kept referenced: a collected Popen would reap the command itself, status and all
+    proc = subprocess.Popen(command, preexec_fn=lambda: die_with_keeper(keeper))
     code = None
     while code is None:
         time.sleep(0.2)
-        code = reap(child)
+        code = reap(proc.pid)
         if code is None and os.getppid() != parent:  # the pipeline is gone: so is its tree
-            kill_all_below(child)
+            kill_all_below(proc.pid)
             os.killpg(0, signal.SIGKILL)
-    kill_all_below(child)
+    proc.returncode = code  # reaped here, not by Popen
+    kill_all_below(proc.pid)
     return code if code >= 0 else 128 - code
 
 

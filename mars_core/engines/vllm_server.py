@@ -44,6 +44,7 @@ import asyncio
 import atexit
 import json
 import math
+import functools
 import os
 import signal
 import socket
@@ -120,25 +121,22 @@ def group_tree(pgid: int) -> list[int]:
             return [pgid]
         except ProcessLookupError:
             return []
-    parents, found = {}, set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] not in ("Z", "X"):
-                parents[int(name)] = int(fields[1])
-                if int(fields[2]) == pgid:
-                    found.add(int(name))
-    todo = list(found)
-    while todo:
-        parent = todo.pop()
-        kids = [p for p, pp in parents.items() if pp == parent and p not in found]
-        found.update(kids)
-        todo += kids
-    return sorted(found)
+    keeper = _keeper_module()
+    table = keeper.live_processes()
+    members = {p for p, (_, group) in table.items() if group == pgid}
+    return sorted(keeper.with_descendants(members, table))
+
+
+@functools.lru_cache(maxsize=1)
+def _keeper_module():
+    """`mars_keeper.py` as a module (it lives beside the vLLM extension, outside the package's
+    import path, because it runs with `python -I`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mars_keeper", KEEPER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kill_tree(pgid: int, wait_s: float = 10) -> None:

@@ -34,6 +34,17 @@ def run_env(prefect_api: str | None, **extra: str) -> dict:
     return env
 
 
+def wait_for_flag(flag: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
+    """Wait until a run reaches its MARS_FAULT_WAIT point (it writes `flag` and waits there)."""
+    import time
+
+    end = time.time() + timeout
+    while not flag.exists():
+        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-2000:]}"
+        assert time.time() < end, "the run never reached its fault point"
+        time.sleep(0.1)
+
+
 def train(args: list[str], env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 

@@ -2,25 +2,16 @@
 from __future__ import annotations
 
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 from mars_core.stages import is_done, verify_stage
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
-from tests.faults.conftest import run_env, train, train_args
+from tests.faults.conftest import run_env, train, train_args, wait_for_flag
 
 pytestmark = pytest.mark.timeout(1200)
 
-
-def _wait_for(flag: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
-    end = time.time() + timeout
-    while not flag.exists():
-        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-2000:]}"
-        assert time.time() < end, "the run never reached its fault point"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -45,7 +36,7 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
                             text=True, env=run_env(prefect_api, MLFLOW_TRACKING_URI=tracking,
                                                    MARS_FAULT_WAIT="start:train_step:1",
                                                    MARS_FAULT_WAIT_FILE=str(flag)))
-    _wait_for(flag, proc)
+    wait_for_flag(flag, proc)
     filler = small_disk / "filler"
     with open(filler, "wb") as f:  # fill the disk to the last block
         try:
@@ -76,7 +67,7 @@ def test_a_second_process_on_the_same_run_is_refused(tmp_path, tiny_model_dir, p
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=run_env(prefect_api, MARS_FAULT_WAIT="mid:prepare_policy:init",
                                                     MARS_FAULT_WAIT_FILE=str(flag)))
-    _wait_for(flag, first)
+    wait_for_flag(flag, first)
     second = train(args, run_env(prefect_api))
     assert second.returncode == 2
     last = second.stderr.strip().splitlines()[-1]

@@ -16,7 +16,7 @@ import pytest
 
 from mars_core.stages import is_done
 from tests.faults.compare_runs import assert_same_run
-from tests.faults.conftest import FULL, run_env, train, train_args
+from tests.faults.conftest import FULL, run_env, train, train_args, wait_for_flag
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -74,13 +74,6 @@ def _env(prefect_api, server, flag: Path, point: str, window_s: int) -> dict:
                    MARS_FAULT_WAIT=point, MARS_FAULT_WAIT_FILE=str(flag))
 
 
-def _wait_for(flag: Path, proc: subprocess.Popen, timeout: float = 600) -> None:
-    end = time.time() + timeout
-    while not flag.exists():
-        assert proc.poll() is None, f"run ended early: {proc.communicate()[1][-2000:]}"
-        assert time.time() < end, "the run never reached its fault point"
-        time.sleep(0.1)
-
 
 def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
         tmp_path, tiny_model_dir, prefect_api, reference_run, mlflow_server):
@@ -90,7 +83,7 @@ def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
                                            "end:generate_rollouts:0", 4),
                             cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for(flag, proc)
+    wait_for_flag(flag, proc)
     mlflow_server.stop()  # the tracking server goes away for longer than the retry window
     flag.unlink()
     out, err = proc.communicate(timeout=600)
@@ -114,7 +107,7 @@ def test_short_outage_costs_a_wait_not_the_run(tmp_path, tiny_model_dir, prefect
                                            "end:train_step:0", 300),
                             cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for(flag, proc)
+    wait_for_flag(flag, proc)
     mlflow_server.stop()
     flag.unlink()
     time.sleep(5)  # the run is retrying meanwhile

@@ -39,10 +39,10 @@ def die_with_keeper(keeper: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # the keeper died before prctl took effect
 
 
-def below_us() -> list[int]:
-    """The live (not zombie) processes below the keeper (by parent links) or in its group,
-    from /proc; [] without /proc."""
-    me, parents, group = os.getpid(), {}, set()
+def live_processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every live (not zombie) process, from /proc;
+    {} without /proc. Shared with `vllm_server.group_tree`."""
+    table = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit():
             continue
@@ -52,16 +52,27 @@ def below_us() -> list[int]:
         except OSError:
             continue
         if fields[0] not in ("Z", "X"):
-            parents[int(name)] = int(fields[1])
-            if int(fields[2]) == me:
-                group.add(int(name))
-    tree, todo = set(), [me]
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def with_descendants(roots: set[int], table: dict[int, tuple[int, int]]) -> set[int]:
+    """`roots` and every process below them, by parent links in `table`."""
+    found, todo = set(roots), list(roots)
     while todo:
-        pid = todo.pop()
-        kids = [p for p, parent in parents.items() if parent == pid and p not in tree]
-        tree.update(kids)
+        parent = todo.pop()
+        kids = [p for p, (pp, _) in table.items() if pp == parent and p not in found]
+        found.update(kids)
         todo += kids
-    return sorted((tree | group) - {me})
+    return found
+
+
+def below_us() -> list[int]:
+    """The live (not zombie) processes below the keeper (by parent links) or in its group,
+    from /proc; [] without /proc."""
+    me, table = os.getpid(), live_processes()
+    group = {p for p, (_, pgid) in table.items() if pgid == me}
+    return sorted((with_descendants({me}, table) | group) - {me})
 
 
 def reap(child: int) -> int | None:

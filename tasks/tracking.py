@@ -10,14 +10,13 @@ and a rerun that publishes what is missing.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import re
 import shutil
 import time
 from pathlib import Path
-
-import hashlib
-import functools
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
@@ -39,13 +38,16 @@ class TrackingError(Exception):
 
 
 def _transient(e: BaseException) -> bool:
+    """An error a retry can fix: MLflow's own (but a bad request or a missing resource), a
+    connection or timeout, a locked or unreachable database. Anything else is a bug to see."""
+    import requests
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import OperationalError
 
-    if isinstance(e, (RegistryError, TrackingError, KeyboardInterrupt)):
-        return False
     if isinstance(e, MlflowException):
         return e.error_code not in _PERMANENT
-    return isinstance(e, Exception)
+    return isinstance(e, (requests.exceptions.RequestException, ConnectionError, TimeoutError,
+                          OperationalError))
 
 
 def as_params(params: dict) -> list[Param]:

@@ -189,7 +189,7 @@ def _check_model_spec(spec: str, flag: str, endpoint_ok: bool = True) -> None:
     from mars_core.config import ConfigError
     from mars_core.models import resolve_model
     from mars_core.engines.chat import is_endpoint
-    from tasks.tracking import MODEL_URI
+    from tasks.registry import MODEL_URI
 
     if is_endpoint(spec) and not endpoint_ok:
         raise ConfigError(f"{flag}: an endpoint URL cannot play games here; give a model folder "
@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     from mars_core.models import ModelError
     from mars_core.stages import StageError
     from tasks.paths import RunDirError
-    from tasks.tracking import RegistryError, TrackingError
+    from tasks.registry import RegistryError
+    from tasks.tracking import TrackingError
 
     from mars_core.engines.vllm_server import VLLMError
 

@@ -20,6 +20,7 @@ from mars_core.config import load_strategic_config
 from mars_core.evaluation import comparison_table, per_game_normalized, radar_chart
 from mars_core.stages import MARKER, is_done, read_json, stage_output, write_json
 from flows.train import train_flow
+from tasks.artifacts import publish_table
 from tasks.common import initial_policy
 from tasks.paths import check_run_name, lock_run_dir, run_dir_for, stage_dir, unlock_run_dir
 from tasks.strategic import evaluate_suite
@@ -94,5 +95,7 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
               **{f"run.{label}": r["mlflow_run_id"] for label, r in trained.items()}}
     run_id = log_comparison(tracking_uri(Path(runs_dir)), experiment, name, params, rows, files)
     print(f"logged the table to MLflow run {run_id} (experiment {experiment!r})")
+    publish_table(f"compare-{name}", rows, f"{name}: normalized return per game (0-100)",
+                  tracking_uri(Path(runs_dir)), run_id)
     return {"table": rows, "markdown": markdown, "mlflow_run_id": run_id,
             "runs": {label: r["run_dir"] for label, r in trained.items()}}

@@ -18,6 +18,7 @@ from eval.systems import SYSTEMS, check_systems
 from mars_core.config import load_strategic_config
 from mars_core.evaluation import per_game_normalized, radar_chart
 from mars_core.engines.chat import is_endpoint
+from tasks.artifacts import publish_markdown, publish_table
 from tasks.mas import evaluate_mas, harness_task, log_harness, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
@@ -51,6 +52,8 @@ def strategic_eval_flow(policy: str = "embedded",
         params = {"policy": policy, "preset": preset or "mars (built in)", **cfg_params(cfg)}
         run_id = log_strategic(tracking_uri, experiment, policy, params, records, files)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
+    publish_table(f"strategic-{policy}", records, f"strategic evaluation of {policy} "
+                  f"({cfg.n} games per game, opponent and seat)", tracking_uri, run_id)
     return {"out": str(out_path), "records": len(records), "normalized": scores,
             "mlflow_run_id": run_id}
 
@@ -110,6 +113,9 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         run_id = log_mas(tracking_uri, experiment, f"mas {model}", config, reports, table,
                          [out_path, table_md])
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
+    publish_markdown(f"mas-{model}", markdown(table), f"reasoning benchmarks in multi-agent "
+                     f"systems: {model}" + (f" vs {baseline}" if baseline else ""),
+                     tracking_uri, run_id)
     return {"out": str(out_path), "records": sum(r["n"] for rep in reports for r in rep["rows"]),
             "table": table, "mlflow_run_id": run_id}
 

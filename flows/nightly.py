@@ -27,9 +27,11 @@ from eval.systems import SYSTEMS, Result, check_systems
 from mars_core.config import load_strategic_config
 from flows.arena import arena_flow
 from mars_core.arena.config import load_arena_config
+from tasks.artifacts import publish_markdown
 from tasks.mas import evaluate_mas, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
-from tasks.tracking import RegistryError, _metric_key, alias_version, set_alias
+from tasks.registry import RegistryError, alias_version, set_alias
+from tasks.tracking import _metric_key
 from tasks.tracking import tracking_uri as local_store
 
 
@@ -112,6 +114,12 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
         set_alias(store, registered_model, champion, versions["candidate"],
                   {"mars.promoted_by": run_id, "mars.promotion_reason": why})
         print(f"{champion} -> version {versions['candidate']}")
+    verdict = (f"**{'promote' if promoted else 'keep'}**: {why}"
+               + (f"; `{champion}` -> version {versions['candidate']}" if promoted and promote
+                  else "") + "\n\n" + markdown(table))
+    publish_markdown(f"nightly-{registered_model}", verdict, f"nightly evaluation of "
+                     f"{registered_model}: {candidate} v{versions['candidate']} vs {champion} "
+                     f"v{versions['champion'] or '-'}", store, run_id)
     return {"decision": "promote" if promoted else "keep", "promoted": promoted and promote,
             "reason": why, "versions": versions, "out": str(out), "mlflow_run_id": run_id}
 

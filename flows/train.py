@@ -18,15 +18,16 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_config
+from tasks.artifacts import Progress, publish_markdown, publish_table
 from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.common import check_finished_stages, initial_policy, shutdown_engines
-from tasks.evaluate import compare_strength, evaluate
+from tasks.evaluate import compare_strength, evaluate, evaluation_records, learning_curve
 from tasks.paths import (checkpoint_dir, lock_run_dir, prepare_run_dir, run_dir_for,
                          unlock_run_dir)
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
 from tasks.rollout import generate_rollouts
-from tasks.tracking import ensure_run, set_terminated
+from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
 
 
@@ -65,21 +66,25 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
         set_terminated(Path(run_dir), run_id)
     finally:
         unlock_run_dir(Path(run_dir))
-    print(f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
-          f"{result['model_version']} has the alias 'candidate'")
+    done = (f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
+            f"{result['model_version']} has the alias 'candidate'")
+    print(done)
     if result["strength"]:
         print("strength, start policy vs final policy (normalized return 0-100, 95% intervals; "
               "* = the paired difference clears twice its half-width):\n" + result["strength"])
+    _publish_summary(run_dir, run_id, done, result["strength"])
     return {"run_dir": run_dir, "mlflow_run_id": run_id, **result}
 
 
 def _iterations(run_dir: str, cfg) -> dict:
+    name = Path(run_dir).name
     prepare_policy(run_dir)
     every = cfg.evaluation.every
     if every and cfg.evaluation.at_start:
-        evaluate(run_dir, "init", initial_policy(run_dir), 0)
+        _evaluated(run_dir, "init", evaluate(run_dir, "init", initial_policy(run_dir), 0), 0)
     last: dict = {}
     n = cfg.run.iterations
+    progress = Progress(f"{name}-iterations", 0, n, f"iterations of {name}")
     for k in range(n):
         last = {}
         for stage in (generate_rollouts, build_players, filter_steps, assign_rewards,
@@ -87,8 +92,30 @@ def _iterations(run_dir: str, cfg) -> dict:
                       train_step, save_checkpoint):
             last.update(stage(run_dir, k))
         if every and ((k + 1) % every == 0 or k + 1 == n):
-            last.update(evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1))
+            last.update(_evaluated(run_dir, k, evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)),
+                                                         k + 1), k + 1))
         print(summary_line(k, n, last))
+        progress.update(k + 1)
     version = register_final(run_dir)
     strength = compare_strength(run_dir) if every and cfg.evaluation.at_start else ""
     return {"model_version": version, "strength": strength, **last}
+
+
+def _evaluated(run_dir: str, k, metrics: dict, trained: int) -> dict:
+    """The evaluation's table on the flow run (the nested MLflow run has the rest)."""
+    publish_table(f"{Path(run_dir).name}-evaluation", evaluation_records(run_dir, k),
+                  f"{Path(run_dir).name}: evaluation after {trained} iterations",
+                  tracking_uri(Path(run_dir).parent), nested_run(run_dir, f"eval_step{trained:04d}"))
+    return metrics
+
+
+def _publish_summary(run_dir: str, run_id: str, done: str, strength: str) -> None:
+    """The learning curve (one row per evaluation) and the run's summary on the flow run."""
+    name, store = Path(run_dir).name, tracking_uri(Path(run_dir).parent)
+    curve = learning_curve(run_dir)
+    if curve:
+        publish_table(f"{name}-learning-curve", curve, f"{name}: learning curve (normalized "
+                      "return 0-100 per game and opponent, by iterations trained)", store, run_id)
+    text = done + (f"\n\nStart policy vs final policy (normalized return, 95% intervals):"
+                   f"\n\n{strength}" if strength else "")
+    publish_markdown(f"{name}-summary", text, f"{name}: training run", store, run_id)

@@ -21,7 +21,8 @@ from mars_core.types import Episode
 from tasks.common import bf16_wanted
 from tasks.paths import checkpoint_dir, iter_dir, stage_dir
 from mars_core.redact import redact_text
-from tasks.tracking import _experiment_id, _metric_key, as_params, download_registered
+from tasks.registry import download_registered
+from tasks.tracking import _experiment_id, _metric_key, as_params
 from tasks.tracking import tracking_uri as local_store
 
 

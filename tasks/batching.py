@@ -23,7 +23,7 @@ from mars_core.batching import (bank_add, bank_read, build_batch as draw, compos
                                 trainable_steps, with_step_ids)
 from mars_core.checkpoint import load_estimator_state
 from mars_core.stages import write_json
-from tasks.common import derive_seed, policy_at, run_stage
+from tasks.common import PUBLISH_RETRY, derive_seed, policy_at, run_stage
 from tasks.paths import read_config, stage_dir
 from tasks.postprocess import STAGE as REWARDS
 
@@ -48,7 +48,8 @@ def advantage_options(cfg, state: dict | None = None) -> dict:
     return options
 
 
-@task(name="bank_episodes", cache_policy=NO_CACHE)
+@task(name="bank_episodes", task_run_name="bank_episodes iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def bank_episodes(run_dir: str, k: int) -> dict:
     """Iteration k's trainable policy steps into the episodes bank (idempotent on resume): the
     eligible ones with completion tokens, carrying the rewards of those without (a context
@@ -67,7 +68,8 @@ def bank_episodes(run_dir: str, k: int) -> dict:
     return run_stage(run_dir, k, BANK, body, step=k)
 
 
-@task(name="build_batch", cache_policy=NO_CACHE)
+@task(name="build_batch", task_run_name="build_batch iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def build_batch(run_dir: str, k: int) -> dict:
     """Iteration k's training batch, drawn from the bank; its composition is logged."""
     cfg = read_config(Path(run_dir))
@@ -91,7 +93,8 @@ def build_batch(run_dir: str, k: int) -> dict:
     return run_stage(run_dir, k, BATCH, body, step=k)
 
 
-@task(name="compute_advantages", cache_policy=NO_CACHE)
+@task(name="compute_advantages", task_run_name="compute_advantages iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def compute_advantages(run_dir: str, k: int) -> dict:
     """Advantages of the batch by the configured estimator; the samples the trainer reads."""
     cfg = read_config(Path(run_dir))

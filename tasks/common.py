@@ -13,18 +13,34 @@ from mars_core.stages import (PUBLISHED, StageError, fault_point, is_done, read_
 from mars_core.trainer import bf16_supported
 from mars_core.types import SamplingParams
 from tasks.paths import checkpoint_dir, finished_stages, is_heavy, stage_dir
-from tasks.tracking import log_artifacts, log_metrics_once
+from tasks.tracking import log_artifacts, log_dataset, log_metrics_once
 
 METRICS = "metrics.json"
 
 
+def _publishing_failed(task, task_run, state) -> bool:
+    """Retry a task only when it failed to publish to a tracking server that stayed down for
+    the whole retry window: its files are committed, so the retry only publishes."""
+    from tasks.tracking import TrackingError
+
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - no result to judge: do not retry
+        return False
+    return isinstance(error, TrackingError)
+
+
+# Prefect retries for stage tasks (a finished stage is skipped, so a retry is idempotent)
+PUBLISH_RETRY = dict(retries=1, retry_delay_seconds=10, retry_condition_fn=_publishing_failed)
+
+
 def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], dict],
               step: int | None, artifacts: tuple[str, ...] = (), artifact_path: str = "",
-              run_id: str | None = None) -> dict:
+              run_id: str | None = None, datasets: tuple[str, ...] = ()) -> dict:
     """Run `body(out_dir) -> metrics` unless the stage already finished, then publish it:
     its metrics (with `time/<stage>`) at `step` and the files or folders `artifacts` (names in
-    the stage folder; `"."`: the whole folder) under `artifact_path`, to the training run or
-    `run_id`. Files are committed before anything is published; what was published is noted
+    the stage folder; `"."`: the whole folder) under `artifact_path`, and the Parquet tables
+    `datasets` as MLflow dataset inputs, to the training run or `run_id`. Files are committed before anything is published; what was published is noted
     in the stage folder, so a resumed run publishes what is missing, once. Returns the metrics."""
     final = stage_dir(run_dir, k, stage)
     if not is_done(final):
@@ -36,17 +52,19 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
             _fault_pause(f"{stage}:{k}", out)
         fault_point(f"end:{stage}:{k}")
     metrics = read_json(final / METRICS)
-    publish_stage(run_dir, final, metrics, step, artifacts, artifact_path, run_id)
+    publish_stage(run_dir, final, metrics, step, artifacts, artifact_path, run_id, datasets)
     return metrics
 
 
 def publish_stage(run_dir: Path, final: Path, metrics: dict, step: int | None,
-                  artifacts: tuple[str, ...], artifact_path: str, run_id: str | None) -> None:
+                  artifacts: tuple[str, ...], artifact_path: str, run_id: str | None,
+                  datasets: tuple[str, ...] = ()) -> None:
     """Publish a finished stage's metrics and artifacts, each once (the ledger `_PUBLISHED.json`
     in the stage folder; metric steps are checked in MLflow too)."""
     ledger_file = final / PUBLISHED
     ledger = read_json(ledger_file) if ledger_file.is_file() else {}
-    wanted = (["metrics"] if step is not None else []) + [f"artifact:{a}" for a in artifacts]
+    wanted = ((["metrics"] if step is not None else []) + [f"artifact:{a}" for a in artifacts]
+              + [f"dataset:{d}" for d in datasets])
     if all(ledger.get(w) for w in wanted):
         return
     for item in wanted:
@@ -54,6 +72,8 @@ def publish_stage(run_dir: Path, final: Path, metrics: dict, step: int | None,
             continue
         if item == "metrics":
             log_metrics_once(run_dir, metrics, step, run_id=run_id)
+        elif item.startswith("dataset:"):
+            log_dataset(run_dir, final / item.removeprefix("dataset:"), final.name, run_id=run_id)
         else:
             local = final if item == "artifact:." else final / item.removeprefix("artifact:")
             if local.exists():

@@ -10,8 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.evaluation import run_suite, strength_markdown, strength_rows
 from mars_core.reports import transcript
-from mars_core.stages import write_json
-from tasks.common import derive_seed, make_engine, prompt_builder, run_stage, sampling
+from mars_core.stages import is_done, read_json, write_json
+from tasks.common import PUBLISH_RETRY, derive_seed, make_engine, prompt_builder, run_stage, sampling
 from tasks.paths import read_config, stage_dir
 from tasks.rollout import read_episodes, write_episodes
 from tasks.tracking import log_metrics_once, nested_run, set_terminated
@@ -27,7 +27,8 @@ def eval_prefix(cfg, game: str, opponent: str) -> str:
     return f"eval/{game}/{opponent}/" if several else f"eval/{game}/"
 
 
-@task(name="evaluate", cache_policy=NO_CACHE)
+@task(name="evaluate", task_run_name="evaluate step {step}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     """Evaluate `policy` (stage folder `<k>/evaluate`) and log `eval/...` at `step`."""
     cfg = read_config(Path(run_dir))
@@ -58,7 +59,29 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     return metrics
 
 
-@task(name="compare_strength", cache_policy=NO_CACHE)
+def evaluation_records(run_dir: str, k: int | str) -> list[dict]:
+    """The per-game, per-opponent, per-seat records of the evaluation after iteration `k`
+    (`"init"`: of the start policy)."""
+    return read_json(stage_dir(run_dir, k, STAGE) / "results.json")
+
+
+def learning_curve(run_dir: str) -> list[dict]:
+    """One row per finished evaluation: iterations trained, then each game and opponent's
+    normalized return (mean over seats, 0-100)."""
+    cfg = read_config(Path(run_dir))
+    points = [("init", 0)] + [(k, k + 1) for k in range(cfg.run.iterations)]
+    rows = []
+    for k, trained in points:
+        if not is_done(stage_dir(run_dir, k, STAGE)):
+            continue
+        by: dict[str, list[float]] = {}
+        for r in evaluation_records(run_dir, k):
+            by.setdefault(f"{r['game']} vs {r['opponent']}", []).append(r["normalized_return"])
+        rows.append({"iterations": trained, **{c: sum(v) / len(v) for c, v in by.items()}})
+    return rows
+
+
+@task(name="compare_strength", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def compare_strength(run_dir: str) -> str:
     """The start policy against the final checkpoint on the same deals (`final/strength/`):
     each one's normalized return with its 95% interval and their paired difference, per game

@@ -17,7 +17,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core import postprocess as pp
-from tasks.common import run_stage
+from tasks.common import PUBLISH_RETRY, run_stage
 from tasks.paths import read_config, stage_dir
 from tasks.rollout import STAGE as ROLLOUT, read_episodes, write_episodes
 
@@ -47,7 +47,8 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-@task(name="build_players", cache_policy=NO_CACHE)
+@task(name="build_players", task_run_name="build_players iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def build_players(run_dir: str, k: int) -> dict:
     """Outcome, responsibility and graded episode reward of every seat of every episode."""
     cfg = read_config(Path(run_dir))
@@ -68,7 +69,8 @@ def build_players(run_dir: str, k: int) -> dict:
     return run_stage(run_dir, k, PLAYERS, body, step=k)
 
 
-@task(name="filter_steps", cache_policy=NO_CACHE)
+@task(name="filter_steps", task_run_name="filter_steps iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def filter_steps(run_dir: str, k: int) -> dict:
     """Mark every step eligible for training or gated, with the reason."""
     cfg = read_config(Path(run_dir))
@@ -89,7 +91,8 @@ def filter_steps(run_dir: str, k: int) -> dict:
     return run_stage(run_dir, k, FILTER, body, step=k)
 
 
-@task(name="assign_rewards", cache_policy=NO_CACHE)
+@task(name="assign_rewards", task_run_name="assign_rewards iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def assign_rewards(run_dir: str, k: int) -> dict:
     """Per-step rewards, computed after the episode (MARS for OpenSpiel, In2AI for TextArena)."""
     cfg = read_config(Path(run_dir))

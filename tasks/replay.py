@@ -17,7 +17,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.replay import ReplayEpisode, load_replays, pick_spread, write_replays
-from tasks.common import run_stage
+from tasks.common import PUBLISH_RETRY, run_stage
 from tasks.paths import iter_dir, read_config
 from tasks.rollout import write_episodes
 
@@ -36,7 +36,8 @@ def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
                                "advantage": pl.Float64}).write_parquet(out / "advantages.parquet")
 
 
-@task(name="replays", cache_policy=NO_CACHE)
+@task(name="replays", task_run_name="replays iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def write_iteration_replays(run_dir: str, k: int) -> dict:
     """Iteration k's replay pages (resumable; logged to MLflow once the pages exist)."""
     n = read_config(Path(run_dir)).tracking.replays_per_iteration

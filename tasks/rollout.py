@@ -14,8 +14,8 @@ from mars_core.reports import rollout_metrics, transcript
 from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes
 from mars_core.samplers import FROZEN, is_frozen, plan_episodes
 from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns_frame
-from tasks.common import (derive_seed, frozen_snapshots, make_engine, policy_at, prompt_builder,
-                          run_stage, sampling)
+from tasks.common import (PUBLISH_RETRY, derive_seed, frozen_snapshots, make_engine, policy_at,
+                          prompt_builder, run_stage, sampling)
 from tasks.paths import read_config
 
 STAGE = "generate_rollouts"
@@ -85,7 +85,8 @@ def write_samples(out: Path, episodes: list[Episode], n_sample: int, n_transcrip
     (out / "transcripts.md").write_text("\n\n".join(transcript(e) for e in picked[:n_transcripts]))
 
 
-@task(name="generate_rollouts", cache_policy=NO_CACHE)
+@task(name="generate_rollouts", task_run_name="generate_rollouts iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def generate_rollouts(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
@@ -115,4 +116,4 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
 
     return run_stage(run_dir, k, STAGE, body, step=k,
                      artifacts=("episodes_sample.parquet", "transcripts.md"),
-                     artifact_path=f"iter_{k:04d}")
+                     artifact_path=f"iter_{k:04d}", datasets=("episodes.parquet", "turns.parquet"))

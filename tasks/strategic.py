@@ -13,11 +13,13 @@ from mars_core.games.bots import is_bot
 from mars_core.models import default_cache_dir, resolve_model
 from mars_core.reports import transcript
 from mars_core.rollout import PromptBuilder, RolloutStats
-from tasks.common import bf16_wanted
-from tasks.tracking import download_registered, tracking_uri
+from tasks.common import PUBLISH_RETRY, bf16_wanted
+from tasks.registry import download_registered
+from tasks.tracking import tracking_uri
 
 
-@task(name="resolve_policy", cache_policy=NO_CACHE)
+@task(name="resolve_policy", task_run_name="resolve_policy {policy}", cache_policy=NO_CACHE,
+      timeout_seconds=3600, **PUBLISH_RETRY)
 def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | None:
     """A local model folder for a model policy (None for a bot): `embedded`, a checkpoint or
     model folder, or `models:/NAME@ALIAS` from the registry (`tracking`, else the local store
@@ -30,7 +32,15 @@ def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | No
     return str(resolve_model(policy))
 
 
-@task(name="evaluate_suite", cache_policy=NO_CACHE)
+def _suite_run_name() -> str:
+    """`evaluate_suite embedded: tic_tac_toe, kuhn_poker` (the policy and its games)."""
+    from prefect.runtime import task_run
+
+    p = task_run.parameters
+    return f"evaluate_suite {p['policy']}: {', '.join(p['cfg'].suite)}"
+
+
+@task(name="evaluate_suite", task_run_name=_suite_run_name, cache_policy=NO_CACHE)
 def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
                    transcripts_per_game: int = 2) -> dict:
     """Every game x opponent x seat of the suite for the policy, with one model load. Each

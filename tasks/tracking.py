@@ -11,21 +11,20 @@ and a rerun that publishes what is missing.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
-import shutil
+import subprocess
 import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
                       wait_exponential)
 
 from mars_core.redact import redact, redact_text
 from mars_core.stages import fault_point, read_json, write_json
-from tasks.paths import read_config
+from tasks.paths import CONFIG_FILE, read_config
 
 RUN_FILE = "mlflow_run.json"
 # MLflow errors that no retry can fix (a bad request, a missing or duplicate resource)
@@ -79,6 +78,28 @@ def retrying(fn):
     return wrapper
 
 
+@functools.lru_cache(maxsize=1)
+def git_state() -> tuple[str, bool]:
+    """(commit, has local changes) of the code that runs, or ("unknown", False) outside git."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+    return commit, bool(status.strip())
+
+
+def lineage_tags(cfg) -> dict[str, str]:
+    """What a training run came from: the code (git commit, local changes) and the base model."""
+    commit, dirty = git_state()
+    return {"mlflow.source.git.commit": commit, "mars.git.dirty": str(dirty).lower(),
+            "mlflow.source.name": "mars train", "mars.base_model": redact_text(cfg.model.path)}
+
+
 def tracking_uri(runs_dir: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(runs_dir).resolve()}/mlflow.db"
 
@@ -113,7 +134,8 @@ def _find_or_create_run(client: MlflowClient, exp: str, name: str, tags: dict) -
 
 @retrying
 def ensure_run(run_dir: Path) -> str:
-    """The MLflow run id of this training run, created (with the config as params) once."""
+    """The MLflow run id of this training run, created once with the config as params (and as
+    `config.yaml`, secrets masked) and its lineage as tags."""
     run_dir = Path(run_dir)
     path = run_dir / RUN_FILE
     if path.is_file():
@@ -129,6 +151,8 @@ def ensure_run(run_dir: Path) -> str:
     params = [p for p in params if p.key not in logged]
     for i in range(0, len(params), 100):
         client.log_batch(run_id, params=params[i:i + 100])
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in lineage_tags(cfg).items()])
+    client.log_artifact(run_id, str(run_dir / CONFIG_FILE))
     write_json(path, {"run_id": run_id, "experiment_id": exp})
     return run_id
 
@@ -181,6 +205,23 @@ def log_artifacts(run_dir: Path, local: Path, artifact_path: str, run_id: str | 
 
 
 @retrying
+def log_dataset(run_dir: Path, path: Path, context: str, run_id: str | None = None) -> None:
+    """A Parquet table the run read or produced (episodes, turns) as an MLflow dataset input:
+    its source path, digest, schema and row count, so a metric traces back to its data."""
+    import mlflow.data
+    import polars as pl
+    from mlflow.entities import DatasetInput, InputTag
+
+    path = Path(path)
+    frame = pl.read_parquet(path)
+    name = f"{Path(run_dir).name}/{path.parent.parent.name}/{path.stem}"
+    dataset = mlflow.data.from_polars(frame, source=str(path.resolve()), name=name)
+    run_id = run_id or ensure_run(run_dir)
+    client_for(run_dir).log_inputs(run_id, datasets=[DatasetInput(
+        dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])])
+
+
+@retrying
 def _set_terminated(run_dir: Path, run_id: str, status: str) -> None:
     client_for(run_dir).set_terminated(run_id, status)
 
@@ -194,73 +235,6 @@ def set_terminated(run_dir: Path, run_id: str, status: str = "FINISHED") -> None
         client_for(run_dir).set_terminated(run_id, status)
     except Exception:  # noqa: BLE001 - never hide the error that failed the run
         pass
-
-
-@retrying
-def register_model(run_dir: Path, model_dir: Path, name: str, alias: str) -> int:
-    """Log a model folder as the run's `model` artifact, register it as a new version of
-    `name` and point `alias` at it. Idempotent per run directory."""
-    run_dir = Path(run_dir)
-    done = run_dir / "registered.json"
-    if done.is_file():
-        return int(read_json(done)["version"])
-    client = client_for(run_dir)
-    run_id = ensure_run(run_dir)
-    source = f"{client.get_run(run_id).info.artifact_uri}/model"
-    if not client.search_registered_models(filter_string=f"name='{name}'"):
-        client.create_registered_model(name)
-    mine = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
-    if mine:  # registered before a crash: reuse that version
-        mv = max(mine, key=lambda v: int(v.version))
-    else:
-        client.log_artifacts(run_id, str(model_dir), "model")
-        fault_point("mid:register_model:final")
-        mv = client.create_model_version(name, source=source, run_id=run_id)
-        fault_point("end:register_model:final")
-    client.set_registered_model_alias(name, alias, mv.version)
-    write_json(done, {"name": name, "version": int(mv.version), "alias": alias, "source": source})
-    return int(mv.version)
-
-
-MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
-
-
-class RegistryError(Exception):
-    """A registered-model URI that cannot be resolved (one-line message)."""
-
-
-@retrying
-def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
-    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local model folder, downloaded once
-    into `cache_dir/registry/NAME/vN-<key>`. The key hashes the tracking store, the version's
-    run and its source: versions restart at 1 in every new store, so `NAME/v1` alone would
-    serve the weights of another store (or of a run since deleted)."""
-    import mlflow.artifacts
-    from mlflow.exceptions import MlflowException
-
-    m = MODEL_URI.match(uri)
-    if not m:
-        raise RegistryError(f"bad model URI {uri!r}: use models:/NAME@ALIAS or models:/NAME/VERSION")
-    client = MlflowClient(tracking_uri=tracking)
-    try:
-        mv = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
-              else client.get_model_version(m["name"], m["version"]))
-    except MlflowException as e:
-        raise RegistryError(f"{uri} not found in {tracking}: {str(e).splitlines()[0]}") from None
-    ident = "\n".join((tracking, mv.run_id or "", mv.source or "", str(mv.creation_timestamp)))
-    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
-    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}-{key}"
-    if not (target / "config.json").is_file():
-        tmp = target.with_name(target.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(tmp),
-                                            tracking_uri=tracking)
-        inner = [d for d in tmp.iterdir() if (d / "config.json").is_file()]
-        shutil.rmtree(target, ignore_errors=True)
-        os.rename(inner[0] if inner else tmp, target)
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def _metric_key(*parts: str) -> str:
@@ -326,25 +300,3 @@ def log_comparison(tracking: str, experiment: str, name: str, params: dict, rows
         client.log_artifact(run_id, str(f))
     client.set_terminated(run_id)
     return run_id
-
-
-def alias_version(tracking: str, name: str, alias: str) -> int | None:
-    """The version `alias` points at in registered model `name` (None when unset); a model
-    that is not registered at all is a RegistryError."""
-    from mlflow.exceptions import MlflowException
-
-    client = MlflowClient(tracking_uri=tracking)
-    if not client.search_registered_models(filter_string=f"name='{name}'"):
-        raise RegistryError(f"no registered model {name!r} in {tracking}")
-    try:
-        return int(client.get_model_version_by_alias(name, alias).version)
-    except MlflowException:
-        return None
-
-
-def set_alias(tracking: str, name: str, alias: str, version: int, tags: dict | None = None) -> None:
-    """Point `alias` at `version` (tags, e.g. why, go on the version)."""
-    client = MlflowClient(tracking_uri=tracking)
-    client.set_registered_model_alias(name, alias, str(version))
-    for k, v in (tags or {}).items():
-        client.set_model_version_tag(name, str(version), k, str(v))

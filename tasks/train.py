@@ -22,10 +22,10 @@ from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
 from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
                                make_optimizer, ppo_update, sft_steps)
 from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
-from tasks.common import (derive_seed, initial_policy, make_engine, policy_at, prompt_builder,
-                          run_stage, sampling, use_bf16)
+from tasks.common import (PUBLISH_RETRY, derive_seed, initial_policy, make_engine, policy_at,
+                          prompt_builder, run_stage, sampling, use_bf16)
 from tasks.paths import checkpoint_dir, is_heavy, read_config, stage_dir
-from tasks.tracking import register_model
+from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
 
 # the DeepSpeed worker's spec, log and metrics stay in train_step/, out of the checkpoint
 DS_RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE)
@@ -71,7 +71,7 @@ def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int],
     return examples
 
 
-@task(name="prepare_policy", cache_policy=NO_CACHE)
+@task(name="prepare_policy", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def prepare_policy(run_dir: str) -> dict:
     """Resolve the base model (converting the embedded GGUF once), measure how often it answers
     validly, and run the format warm-up when the preset asks for one."""
@@ -177,7 +177,8 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     return metrics
 
 
-@task(name="train_step", cache_policy=NO_CACHE)
+@task(name="train_step", task_run_name="train_step iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def train_step(run_dir: str, k: int) -> dict:
     """One PPO update on iteration k's batch, from the policy (and optimizer state) of k-1,
     with the backend `trainer.backend` names (torch in process, or DeepSpeed workers)."""
@@ -192,7 +193,8 @@ def train_step(run_dir: str, k: int) -> dict:
     return run_stage(run_dir, k, "train_step", body, step=k)
 
 
-@task(name="save_checkpoint", cache_policy=NO_CACHE)
+@task(name="save_checkpoint", task_run_name="save_checkpoint iter_{k:04d}", cache_policy=NO_CACHE,
+      **PUBLISH_RETRY)
 def save_checkpoint(run_dir: str, k: int) -> dict:
     """Publish iteration k's weights and trainer state as `iter_k/save_checkpoint/` (hard links,
     no copy) and prune the weights of checkpoints older than `checkpoint.keep_last`."""
@@ -223,18 +225,23 @@ def _drop_heavy(folder: Path) -> None:
                     f.unlink()
 
 
-@task(name="register_model", cache_policy=NO_CACHE)
+@task(name="register_model", cache_policy=NO_CACHE, timeout_seconds=3600, **PUBLISH_RETRY)
 def register_final(run_dir: str) -> int:
     """The last checkpoint's model files (no trainer or DeepSpeed state, no LoRA adapter: its
-    merged weights are the model) as a registry version `candidate`."""
+    merged weights are the model) as `final/model/`, and as the MLflow transformers model
+    `final/model/mlflow/` (hard links to the same weights), registered as version `candidate`."""
     cfg = read_config(Path(run_dir))
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
+    base = read_json(stage_dir(run_dir, "init", "prepare_policy") / "policy.json")["base"]
 
     def body(out: Path) -> dict:
         _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
                                       lora.ADAPTER, "checkpoint.json"))
+        save_mlflow_model(out, out / MLFLOW_DIR, model_card(Path(run_dir), str(final), base))
         return {}
 
     run_stage(run_dir, "final", "model", body, step=None)
-    return register_model(Path(run_dir), stage_dir(run_dir, "final", "model"),
-                          cfg.tracking.registered_model, "candidate")
+    lineage = {"mars.run_dir": str(Path(run_dir).resolve()), "mars.parent_checkpoint": str(final),
+               "mars.base_model": base}
+    return register_model(Path(run_dir), stage_dir(run_dir, "final", "model") / MLFLOW_DIR,
+                          cfg.tracking.registered_model, "candidate", lineage)

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 from flows.nightly import nightly_eval_flow
-from tasks.tracking import RegistryError
+from tasks.registry import RegistryError
 from tests.conftest import REPO
 
 QUICK = str(REPO / "configs/eval/mars_strategic_quick.yaml")

@@ -39,3 +39,50 @@ def test_run_ends_with_start_and_final_strength(tmp_path, prefect_api, tiny_mode
     assert {"strength/tic_tac_toe/bot_random/diff", "strength/tic_tac_toe/bot_mcts-5/final",
             "eval/tic_tac_toe/bot_random/seat0_normalized_return",
             "eval/tic_tac_toe/bot_mcts-5/seat1_normalized_return"} <= set(metrics)
+
+    # Lineage: the code, the base model and the episodes behind every metric.
+    assert parent.data.tags["mars.base_model"] == str(tiny_model_dir)
+    assert len(parent.data.tags["mlflow.source.git.commit"]) == 40
+    inputs = {(d.dataset.name, d.tags[0].value) for d in parent.inputs.dataset_inputs}
+    assert inputs == {("s/iter_0000/episodes", "generate_rollouts"),
+                      ("s/iter_0000/turns", "generate_rollouts")}
+    _check_prefect_artifacts(tmp_path, parent.info.run_id)
+
+
+def _check_prefect_artifacts(runs_dir, mlflow_run_id):
+    """The flow run shows its results: the evaluation tables, the learning curve, the summary
+    with a link to the MLflow run, the iterations' progress; task runs name their iteration."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                FlowRunFilter, FlowRunFilterId)
+
+    async def read():
+        async with get_client() as client:
+            runs = [r for r in await client.read_flow_runs()
+                    if r.parameters.get("runs_dir") == str(runs_dir)]
+            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[runs[-1].id])))
+            tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[runs[-1].id])))
+            return arts, tasks
+
+    arts, tasks = asyncio.run(read())
+    by_key = {}
+    for a in arts:
+        by_key.setdefault(a.key or a.type, []).append(a)
+    assert len(by_key["s-evaluation"]) == 2  # before training and after iteration 1
+    table = json.loads(by_key["s-evaluation"][0].data)
+    assert {r["opponent"] for r in table} == {"bot:random", "bot:mcts-5"}
+    assert all(0 <= r["normalized_return"] <= 100 for r in table)
+    curve = json.loads(by_key["s-learning-curve"][0].data)
+    assert [r["iterations"] for r in curve] == [0, 1]
+    assert set(curve[0]) == {"iterations", "tic_tac_toe vs bot:random", "tic_tac_toe vs bot:mcts-5"}
+    summary = by_key["s-summary"][0]
+    assert "start policy vs final policy" in summary.data.lower()
+    assert f"/runs/{mlflow_run_id}" in summary.data
+    progress, = by_key["s-iterations"]
+    assert progress.type == "progress" and float(progress.data) == 100.0
+    names = {t.name for t in tasks}
+    assert {"generate_rollouts iter_0000", "train_step iter_0000", "evaluate step 1"} <= names

@@ -1,0 +1,98 @@
+"""Results on the Prefect flow run: tables, Markdown and progress artifacts, each with a link to
+the MLflow run that holds the full record.
+
+Prefect keys allow lowercase letters, digits and dashes; a keyed artifact keeps its history
+across runs (the UI's Artifacts page shows the latest and the versions before it). Publishing
+here never decides a run's outcome: a result that is saved and tracked is not lost because
+the Prefect API refused its artifact, so a failure is printed as one warning line.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+from uuid import UUID
+
+from mlflow import MlflowClient
+
+MLFLOW_UI = "MARS_MLFLOW_UI_URL"  # where users open MLflow when tracking to a local store
+DEFAULT_UI = "http://127.0.0.1:5000"  # `make mlflow-ui` / `mars services`
+
+
+def artifact_key(*parts: str) -> str:
+    """`('eval', 'Run_1/x')` -> `eval-run-1-x` (Prefect's key alphabet)."""
+    text = "-".join(p for p in parts if p)
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")[:100]
+
+
+def mlflow_run_url(tracking_uri: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: on the tracking server itself, else where
+    `$MARS_MLFLOW_UI_URL` (default the local `mlflow ui` port) serves the local store."""
+    exp = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).info.experiment_id
+    base = tracking_uri if tracking_uri.startswith(("http://", "https://")) \
+        else os.environ.get(MLFLOW_UI, DEFAULT_UI)
+    return f"{base.rstrip('/')}/#/experiments/{exp}/runs/{run_id}"
+
+
+def _link_line(tracking_uri: str | None, run_id: str | None) -> str:
+    if not (tracking_uri and run_id):
+        return ""
+    try:
+        return f"\n\nMLflow run: [{run_id}]({mlflow_run_url(tracking_uri, run_id)})"
+    except Exception as e:  # noqa: BLE001 - a link is a convenience
+        return f"\n\nMLflow run: {run_id} ({type(e).__name__})"
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return None if not math.isfinite(v) else round(v, 4)
+    return v if isinstance(v, (int, str, bool)) or v is None else str(v)
+
+
+def _safely(fn, *args, **kwargs) -> UUID | None:
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - see the module docstring
+        print(f"warning: Prefect artifact not published ({type(e).__name__}: "
+              f"{str(e).splitlines()[0][:200] if str(e) else ''})")
+        return None
+
+
+def publish_table(key: str, rows: list[dict], title: str, tracking_uri: str | None = None,
+                  run_id: str | None = None) -> UUID | None:
+    """`rows` as a table artifact; its description names it and links the MLflow run."""
+    from prefect.artifacts import create_table_artifact
+
+    table = [{k: _cell(v) for k, v in r.items()} for r in rows]
+    return _safely(create_table_artifact, table, key=artifact_key(key),
+                   description=f"**{title}**{_link_line(tracking_uri, run_id)}")
+
+
+def publish_markdown(key: str, text: str, title: str, tracking_uri: str | None = None,
+                     run_id: str | None = None) -> UUID | None:
+    from prefect.artifacts import create_markdown_artifact
+
+    body = f"## {title}\n\n{text}{_link_line(tracking_uri, run_id)}"
+    return _safely(create_markdown_artifact, body, key=artifact_key(key), description=title)
+
+
+class Progress:
+    """A progress artifact (0-100 %) on the flow run, e.g. iterations done."""
+
+    def __init__(self, key: str, done: int, total: int, what: str):
+        from prefect.artifacts import create_progress_artifact
+
+        self.total, self.what = max(total, 1), what
+        self.id = _safely(create_progress_artifact, self._percent(done), key=artifact_key(key),
+                          description=f"{done}/{total} {what}")
+
+    def _percent(self, done: int) -> float:
+        return 100.0 * min(done, self.total) / self.total
+
+    def update(self, done: int) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        if self.id is not None:
+            _safely(update_progress_artifact, self.id, self._percent(done),
+                    description=f"{done}/{self.total} {self.what}")

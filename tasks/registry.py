@@ -1,0 +1,177 @@
+"""The model registry: final models as MLflow transformers models, downloads through MLflow.
+
+A registered version is an MLflow model with the transformers flavor (task `llm/v1/chat`, the
+tokenizer and its chat template kept), so `mlflow models serve -m models:/NAME@candidate`
+answers chat requests and `mlflow.transformers.load_model` loads it. Inside it, `model/` holds
+the weights and `components/tokenizer/` the tokenizer; a download joins them back into one plain
+Hugging Face folder for our engines. Versions are tagged with their lineage (git commit, run
+folder, the checkpoint and the base model they came from).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from mars_core.stages import fault_point, read_json, write_json
+from tasks.tracking import client_for, ensure_run, git_state, retrying
+
+CHAT_TASK = "llm/v1/chat"
+MLFLOW_DIR = "mlflow"  # the MLflow model folder inside the final model's stage folder
+MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
+_WEIGHTS = re.compile(r"\.safetensors(\.index\.json)?$")
+
+
+class RegistryError(Exception):
+    """A registered-model URI that cannot be resolved (one-line message)."""
+
+
+def _requirements() -> list[str]:
+    """What serving needs (MLflow's own inference asks for torchvision, absent here)."""
+    from importlib.metadata import version
+
+    return [f"{p}=={version(p).split('+')[0]}" for p in ("torch", "transformers", "mlflow")]
+
+
+def save_mlflow_model(model_dir: Path, dest: Path, card: str) -> None:
+    """`model_dir` (a plain Hugging Face folder) as an MLflow transformers model in `dest`.
+    MLflow writes the weights once more; they are replaced by hard links to `model_dir`'s, so
+    the disk holds one copy."""
+    import mlflow.transformers
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    mlflow.transformers.save_model({"model": model, "tokenizer": tokenizer}, path=str(dest),
+                                   task=CHAT_TASK, pip_requirements=_requirements(),
+                                   model_card=ModelCard(card))
+    del model
+    weights = Path(dest) / "model"
+    for f in list(weights.iterdir()):
+        if _WEIGHTS.search(f.name) or f.name == "config.json":
+            f.unlink()
+    for f in Path(model_dir).iterdir():
+        if _WEIGHTS.search(f.name) or f.name == "config.json":
+            os.link(f, weights / f.name)
+
+
+def model_card(run_dir: Path, parent: str, base: str) -> str:
+    commit, dirty = git_state()
+    return (f"---\ntags: [mars-selfplay]\n---\n# {Path(run_dir).name}\n\n"
+            f"Trained by mars-selfplay (commit {commit}{' + local changes' if dirty else ''}) "
+            f"from `{base}`; weights of `{parent}`. Run folder: `{Path(run_dir).resolve()}`.\n")
+
+
+@retrying
+def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
+                   lineage: dict[str, str]) -> int:
+    """Log the MLflow model folder `model_dir` as the run's `model` artifact, register it as a
+    new version of `name` (tagged with `lineage` and the git state) and point `alias` at it.
+    Idempotent per run directory."""
+    run_dir = Path(run_dir)
+    done = run_dir / "registered.json"
+    if done.is_file():
+        return int(read_json(done)["version"])
+    client = client_for(run_dir)
+    run_id = ensure_run(run_dir)
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    if not client.search_registered_models(filter_string=f"name='{name}'"):
+        client.create_registered_model(name)
+    mine = client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    if mine:  # registered before a crash: reuse that version
+        mv = max(mine, key=lambda v: int(v.version))
+    else:
+        client.log_artifacts(run_id, str(model_dir), "model")
+        fault_point("mid:register_model:final")
+        commit, dirty = git_state()
+        tags = {**lineage, "mlflow.source.git.commit": commit, "mars.git.dirty": str(dirty).lower()}
+        mv = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
+        fault_point("end:register_model:final")
+    client.set_registered_model_alias(name, alias, mv.version)
+    write_json(done, {"name": name, "version": int(mv.version), "alias": alias, "source": source})
+    return int(mv.version)
+
+
+@retrying
+def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
+    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local Hugging Face model folder,
+    downloaded once (through MLflow's registry resolution) into
+    `cache_dir/registry/NAME/vN-<key>`. The key hashes the tracking store, the version's run and
+    its source: versions restart at 1 in every new store, so `NAME/v1` alone would serve the
+    weights of another store (or of a run since deleted)."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    m = MODEL_URI.match(uri)
+    if not m:
+        raise RegistryError(f"bad model URI {uri!r}: use models:/NAME@ALIAS or models:/NAME/VERSION")
+    client = MlflowClient(tracking_uri=tracking)
+    try:
+        mv = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
+              else client.get_model_version(m["name"], m["version"]))
+    except MlflowException as e:
+        raise RegistryError(f"{uri} not found in {tracking}: {str(e).splitlines()[0]}") from None
+    ident = "\n".join((tracking, mv.run_id or "", mv.source or "", str(mv.creation_timestamp)))
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}-{key}"
+    if not target.is_dir():
+        tmp = target.with_name(target.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        # MLflow's `models:/` resolution (its ModelsArtifactRepository reads the global
+        # registry URI, not ours): the version's download location, then its artifacts.
+        where = client.get_model_version_download_uri(m["name"], mv.version)
+        got = Path(mlflow.artifacts.download_artifacts(artifact_uri=where, dst_path=str(tmp),
+                                                       tracking_uri=tracking))
+        _plain_folder(got)
+        os.rename(got, target)  # the folder appears whole or not at all
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _hf_folder(target)
+
+
+def _plain_folder(root: Path) -> None:
+    """An MLflow transformers model: link its tokenizer files beside the weights in `model/`
+    (one folder our engines load). Anything else stays as downloaded."""
+    tokenizer = root / "components" / "tokenizer"
+    if (root / "MLmodel").is_file() and tokenizer.is_dir():
+        for f in tokenizer.iterdir():
+            if not (root / "model" / f.name).exists():
+                os.link(f, root / "model" / f.name)
+
+
+def _hf_folder(root: Path) -> Path:
+    """The folder with the model's config: `model/` of an MLflow model, else the root or the
+    one subfolder that has it (versions registered as plain folders)."""
+    if (root / "MLmodel").is_file() and (root / "model" / "config.json").is_file():
+        return root / "model"
+    if (root / "config.json").is_file():
+        return root
+    inner = [d for d in root.iterdir() if d.is_dir() and (d / "config.json").is_file()]
+    return inner[0] if len(inner) == 1 else root
+
+
+def alias_version(tracking: str, name: str, alias: str) -> int | None:
+    """The version `alias` points at in registered model `name` (None when unset); a model
+    that is not registered at all is a RegistryError."""
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=tracking)
+    if not client.search_registered_models(filter_string=f"name='{name}'"):
+        raise RegistryError(f"no registered model {name!r} in {tracking}")
+    try:
+        return int(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def set_alias(tracking: str, name: str, alias: str, version: int, tags: dict | None = None) -> None:
+    """Point `alias` at `version` (tags, e.g. why, go on the version)."""
+    client = MlflowClient(tracking_uri=tracking)
+    client.set_registered_model_alias(name, alias, str(version))
+    for k, v in (tags or {}).items():
+        client.set_model_version_tag(name, str(version), k, str(v))

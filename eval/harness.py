@@ -245,10 +245,13 @@ def run_harness(benchmarks: list[str], *, model_dir=None, base_url=None, served_
     lm_eval = _lm_eval(server=base_url is not None)
     if model == "local-chat-completions" and not model_args["model"]:
         model_args["model"] = served_name(base_url)
-    with (tempfile.TemporaryDirectory(prefix="mars-harness-") as tmp, _offline_and_quiet(),
-          _load_bars_off()):
+    with (tempfile.TemporaryDirectory(prefix="mars-harness-") as tmp,
+          contextlib.ExitStack() as offline):
+        # the questions first: `hf://` reads them from the hub, before lm-eval goes offline
         tasks = write_tasks(benchmarks, Path(tmp), data_dir=data_dir, gpqa_path=gpqa_path,
                             limit=limit, max_tokens=max_tokens)
+        offline.enter_context(_offline_and_quiet())
+        offline.enter_context(_load_bars_off())
         from lm_eval.evaluator import simple_evaluate
         from lm_eval.tasks import TaskManager
 

@@ -340,6 +340,17 @@ def hub_rows(name: str, source: str = HUB) -> list[dict]:
     return rows
 
 
+def source_of(name: str, folder: str | Path | None = None,
+              gpqa_path: str | Path | None = None) -> str:
+    """Where benchmark `name`'s questions are read: its file, or the publisher's dataset."""
+    file, _ = BENCHMARKS[name]
+    source = (gpqa_path or os.environ[ENV_GPQA]) if file is None else _chosen(folder)
+    if is_hub(source):
+        pub = PUBLISHERS[name]
+        return f"{pub.id} ({pub.split} split)"
+    return str(Path(source).expanduser() if file is None else data_dir(source) / file)
+
+
 def load(name: str, folder: str | Path | None = None, limit: int | None = None,
          gpqa_path: str | Path | None = None) -> list[Question]:
     """The questions of benchmark `name` (see `BENCHMARKS`), `limit` of them if given. `folder`
@@ -347,12 +358,11 @@ def load(name: str, folder: str | Path | None = None, limit: int | None = None,
     check_names([name], gpqa_path)
     file, question = BENCHMARKS[name]
     source = (gpqa_path or os.environ[ENV_GPQA]) if file is None else _chosen(folder)
+    where = source_of(name, folder, gpqa_path)
     if is_hub(source):
-        pub = PUBLISHERS[name]
-        where = f"{pub.id} ({pub.split} split)"
         rows = hub_rows(name, source)
     else:
-        where = Path(source).expanduser() if file is None else data_dir(source) / file
+        where = Path(where)
         if not where.is_file():
             raise BenchmarkError(f"{name}: file not found: {where}")
         rows = _file_rows(where)

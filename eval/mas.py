@@ -127,6 +127,10 @@ def paired_difference(a: list[Result], b: list[Result]) -> dict:
                         "for outcomes in [-1, 1]"}
 
 
+# what a gated benchmark's transcript keeps: no question or reply text
+_TEXTLESS = ("agent", "finish_reason", "error", "prompt_tokens", "completion_tokens", "start", "end")
+
+
 def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[Path]:
     """Per system x benchmark: `<system>/<benchmark>.jsonl`, one record per question with its
     transcript. Gated benchmarks (GPQA) keep only ids, outcome and grade: no question or reply
@@ -136,8 +140,7 @@ def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[
         record = asdict(r)
         if r.benchmark in gated:
             record["prediction"] = ""
-            record["transcript"] = [{"agent": t["agent"], "finish_reason": t["finish_reason"],
-                                     "error": t["error"]} for t in r.transcript]
+            record["transcript"] = [{k: t.get(k) for k in _TEXTLESS} for t in r.transcript]
         files.setdefault(folder / r.system / f"{r.benchmark}.jsonl", []).append(json.dumps(record))
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ A failed call (engine error, context overflow) ends its question with no answer:
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Generator
 
@@ -203,9 +204,11 @@ def run_system(name: str, questions: list[Question], engine: ChatEngine, params:
         step_params = dataclasses.replace(params, seed=params.seed * 1000 + step)
         for start in range(0, len(order), max_batch):
             chunk = order[start:start + max_batch]
+            began = time.time()
             replies = engine.chat([pending[i].messages for i in chunk], step_params)
+            ended = time.time()
             for i, reply in zip(chunk, replies):
-                _record(results[i], pending[i], reply)
+                _record(results[i], pending[i], reply, began, ended)
                 if reply.error:
                     gens[i].close()
                     _finish(results[i], Outcome("", "error", results[i].rounds))
@@ -222,7 +225,9 @@ def run_system(name: str, questions: list[Question], engine: ChatEngine, params:
     return results
 
 
-def _record(result: Result, call: Call, reply) -> None:
+def _record(result: Result, call: Call, reply, began: float, ended: float) -> None:
+    """One call into the result's totals and transcript (with its tokens and the batched
+    call's wall-clock span, for traces)."""
     result.calls += 1
     result.prompt_tokens += reply.prompt_tokens
     result.completion_tokens += reply.completion_tokens
@@ -230,7 +235,9 @@ def _record(result: Result, call: Call, reply) -> None:
         result.errors.append(f"{call.agent}: {reply.error}")
     result.transcript.append({"agent": call.agent, "prompt": call.messages[-1]["content"],
                               "reply": reply.text, "finish_reason": reply.finish_reason,
-                              "error": reply.error})
+                              "error": reply.error, "prompt_tokens": reply.prompt_tokens,
+                              "completion_tokens": reply.completion_tokens, "start": began,
+                              "end": ended})
 
 
 def _finish(result: Result, outcome: Outcome) -> None:

@@ -9,7 +9,8 @@
     rate: TrueSkill over all games and over the games no error decided
     write <out>.json, <out>_leaderboard.md, <out>_ratings.png, <out>_episodes/ (every game,
         for `mars replay`) and <out>_replays/ (a few games as replay pages)
-    log them to MLflow (experiment `mars-arena`) when a tracking URI is set
+    log them to MLflow (experiment `mars-arena`) when a tracking URI is set, every game as a
+        trace with a span per move
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
 from mars_core.replay import write_replays
+from tasks.artifacts import publish_table
 from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
 from tasks.rollout import write_episodes
 
@@ -127,8 +129,12 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
         folders = {"episodes": episodes_dir} | ({"replays": replays_dir} if pages else {})
         run_id = log_arena(tracking_uri, experiment, f"arena {p['mode']} "
                            f"{','.join(list(p['agents'])[:4])}", flat, rows,
-                           [out_path, files["md"], files["png"]], folders)
+                           [out_path, files["md"], files["png"]], folders,
+                           episodes=episodes)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
+    publish_table(f"arena-{cfg.name if isinstance(cfg, PoolConfig) else p['mode']}", rows,
+                  f"arena leaderboard ({p['mode']}, {len(records)} games; TrueSkill, "
+                  "conservative rating mu - 3 sigma)", tracking_uri, run_id)
     return {"out": str(out_path), "records": len(records), "leaderboard": rows,
             "replays": [str(page) for page in pages],
             "fingerprint": p["fingerprint"], "mlflow_run_id": run_id}

@@ -24,6 +24,7 @@ from mars_core.redact import redact_text
 from tasks.registry import download_registered
 from tasks.tracking import _experiment_id, _metric_key, as_params
 from tasks.tracking import tracking_uri as local_store
+from tasks.traces import log_game_traces
 
 
 def run_checkpoints(run_dir: str) -> list[tuple[str, str, int]]:
@@ -120,10 +121,12 @@ def with_verdicts(episodes: list[Episode], records: list[dict]) -> list[Episode]
 
 
 def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],
-              files: list[Path], folders: dict[str, Path], tags: dict | None = None) -> str:
+              files: list[Path], folders: dict[str, Path], tags: dict | None = None,
+              episodes: list[Episode] | None = None) -> str:
     """One MLflow run: params, `rating|clean_rating|win_rate|error_rate/<agent>` metrics, the
     leaderboard as an MLflow table, the files and folders (the episodes, replay pages) as
-    artifacts. Returns its id."""
+    artifacts, and one MLflow trace per game of `episodes` (`tasks.traces`: a span per move,
+    linked to the run). Returns its id."""
     import pandas as pd
 
     client = MlflowClient(tracking_uri=tracking)
@@ -141,5 +144,8 @@ def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: lis
         client.log_artifact(run_id, str(f))
     for path, folder in folders.items():
         client.log_artifacts(run_id, str(folder), path)
+    if episodes:
+        traced = log_game_traces(tracking, exp, run_id, episodes)
+        print(f"{len(traced)} games traced in MLflow")
     client.set_terminated(run_id)
     return run_id

@@ -11,12 +11,13 @@ from mlflow.entities import Metric
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from eval.benchmarks import load
-from eval.mas import run_suite, summarize, wilson, write_records
+from eval.benchmarks import load, source_of
+from eval.mas import read_records, run_suite, summarize, wilson, write_records
 from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
 from tasks.common import bf16_wanted
 from mars_core.redact import redact_text
 from tasks.tracking import _experiment_id, _metric_key, as_params
+from tasks.traces import log_conversation_traces
 
 
 def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
@@ -38,7 +39,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
                  batch_size: int = 32, bf16: str = "auto") -> dict:
     """Every system on every benchmark with one model (loaded once); per-question records and
     transcripts go to `<out_dir>/<label>/<system>/<benchmark>.jsonl`. Returns the summary
-    rows, the records folder and the cost."""
+    rows, the records folder, the gated benchmarks and the cost."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
     engine = chat_engine(model, batch_size, bf16)
@@ -55,7 +56,8 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
               f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={r['n']}, {r['calls']} calls, "
               f"{r['prompt_tokens'] + r['completion_tokens']} tokens, {r['errors']} errors")
     return {"label": label, "model": model, "rows": rows, "records": str(folder),
-            "seconds": seconds, "engine": engine.name}
+            "gated": sorted(gated), "seconds": seconds, "engine": engine.name,
+            "sources": {b: source_of(b, data_dir, gpqa_path) for b in benchmarks}}
 
 
 def _params(client: MlflowClient, run_id: str, params: dict) -> None:
@@ -66,7 +68,9 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
             table: list[dict], files: list[Path], extra_metrics: dict | None = None) -> str:
     """One MLflow run for one evaluation: params, the comparison table (MLflow table and
     Markdown), the results file; a nested run per model with `accuracy/<system>/<benchmark>`,
-    `ci95/...`, `calls/...`, `tokens/...` and its transcripts. Returns the parent run id."""
+    `ci95/...`, `calls/...`, `tokens/...`, its transcripts, and one MLflow trace per
+    conversation (`tasks.traces`: a span per agent turn, linked to the nested run; gated
+    benchmarks' text withheld). Returns the parent run id."""
     import pandas as pd
 
     client = MlflowClient(tracking_uri=tracking)
@@ -99,9 +103,35 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
         client.log_batch(child, metrics=cell)
         client.log_table(child, pd.DataFrame(rep["rows"]), "mas_results.json")
         client.log_artifacts(child, rep["records"], "transcripts")
+        log_question_sets(client, child, rep)
+        traced = log_conversation_traces(tracking, exp, child, rep["records"], rep["model"],
+                                         set(rep.get("gated", ())))
+        print(f"{rep['label']}: {len(traced)} conversations traced in MLflow")
         client.set_terminated(child)
     client.set_terminated(parent)
     return parent
+
+
+def log_question_sets(client: MlflowClient, run_id: str, report: dict) -> None:
+    """Each benchmark's questions that the model answered, as an MLflow dataset input of its
+    run (source: the benchmark file or the publisher's dataset; rows: ids and references, no
+    question text), so an accuracy traces back to the exact questions."""
+    import mlflow.data
+    import pandas as pd
+    from mlflow.entities import DatasetInput, InputTag
+
+    seen: dict[str, dict] = {}
+    for r in read_records(Path(report["records"])):
+        seen.setdefault(r.benchmark, {})[r.id] = r.reference
+    inputs = []
+    for bench, refs in sorted(seen.items()):
+        frame = pd.DataFrame({"id": list(refs), "reference": list(refs.values())})
+        ds = mlflow.data.from_pandas(frame, source=report.get("sources", {}).get(bench, bench),
+                                     name=bench)
+        inputs.append(DatasetInput(ds._to_mlflow_entity(),
+                                   tags=[InputTag("mlflow.data.context", "evaluation")]))
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
 
 
 def write_results(out: Path, config: dict, reports: list[dict], table: list[dict],

@@ -62,6 +62,10 @@ def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fak
     assert (tmp_path / "arena_episodes/turns.parquet").is_file()
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(_single_run(client, "mars-arena"))
+    # the leaderboard is a table on the flow run, linked to the MLflow run
+    shown = _latest_artifact("arena-open")
+    assert [r["agent"] for r in json.loads(shown.data)] == [r["agent"] for r in result["leaderboard"]]
+    assert f"/runs/{run.info.run_id}" in shown.description
     assert run.data.metrics["rating/tiny"] == pytest.approx(board["tiny"]["rating"])
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"arena.json", "arena_ratings.png", "leaderboard.json", "episodes"} <= arts
@@ -73,6 +77,25 @@ def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fak
                  "--out", str(page), "--tracking-uri", uri]) == 0
     text = page.read_text()
     assert rec["episode_id"] in text and f'"decided_by": "{rec["decided_by"]}"' in text
+    # every game is an MLflow trace of the arena's run, with a span per move
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
+                                  max_results=1000)
+    assert len(traces) == len(result["records"])
+    by_episode = {t.info.tags["mars.episode"]: t for t in traces}
+    for r in result["records"]:
+        t = by_episode[r["episode_id"]]
+        root = next(s for s in t.data.spans if s.parent_id is None)
+        assert len(t.data.spans) == 1 + r["turns"] and t.info.tags["mars.game"] == r["game"]
+        assert root.outputs["decided_by"] == r["decided_by"] and root.inputs["seed"] == r["seed"]
+    moves = [s for s in by_episode[rec["episode_id"]].data.spans if s.parent_id]
+    seat = rec["agents"][rec["error_seat"]]
+    bad = next(s for s in moves if not s.attributes["mars.valid"])
+    assert bad.attributes["mars.agent"] == seat and bad.status.status_code == "ERROR"
+    tiny = next(s for t in traces for s in t.data.spans if s.parent_id
+                and s.attributes["mars.agent"] == "tiny")
+    assert tiny.attributes["mars.prompt_tokens"] > 0
+    assert tiny.attributes["mars.completion_tokens"] > 0
+    assert tiny.inputs["observation"] and "reply" in tiny.outputs
     frozen = yaml.safe_load(pool.read_text())
     assert {r["agent"].split("=")[0] for r in frozen["references"]} == set(board)
 
@@ -131,3 +154,19 @@ def test_bad_flags_are_one_line_errors(argv, message, capsys):
     assert main(["arena", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mars: error:") and message in err and "\n" not in err
+
+
+def _latest_artifact(key: str):
+    """The newest Prefect artifact with `key`."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def read():
+        async with get_client() as client:
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+            return max(found, key=lambda a: a.created)
+
+    return asyncio.run(read())

@@ -59,6 +59,28 @@ def test_every_system_on_every_benchmark_with_the_embedded_model(
     assert child.data.metrics["calls/single/gsm8k"] == 1
     logged = {a.path for a in client.list_artifacts(child.info.run_id, "transcripts/autogen")}
     assert "transcripts/autogen/aqua.jsonl" in logged
+    # every conversation is an MLflow trace of its model's run, with a span per model call
+    exp = parent.info.experiment_id
+    for run in children.values():
+        traces = client.search_traces(locations=[exp], run_id=run.info.run_id, max_results=100)
+        assert len(traces) == len(SYSTEM_CALLS) * len(SHIPPED)
+        for t in traces:
+            root = next(s for s in t.data.spans if s.parent_id is None)
+            assert len(t.data.spans) == 1 + root.attributes["mars.calls"]
+            assert t.info.trace_metadata["mlflow.sourceRun"] == run.info.run_id
+    traces = {t.info.tags["mlflow.traceName"]: t for t in client.search_traces(
+        locations=[exp], run_id=child.info.run_id, max_results=100)}
+    trace = traces[f"mad gsm8k {mad['id']}"]
+    turns = sorted((s for s in trace.data.spans if s.parent_id), key=lambda s: s.start_time_ns)
+    assert [s.attributes["mars.agent"] for s in turns] == agents
+    assert [s.outputs for s in turns] == [t["reply"] for t in mad["transcript"]]
+    assert trace.info.assessments[0].value == mad["correct"]
+    assert trace.info.tags["mars.correct"] == str(mad["correct"]).lower()
+    for t in traces.values():  # one call: the conversation's tokens and grade are the call's
+        if t.info.tags["mars.system"] == "single":
+            [call] = [s for s in t.data.spans if s.parent_id]
+            assert call.attributes["mars.completion_tokens"] > 0
+            assert call.attributes["mars.verdict"] in ("correct", "wrong")
 
 
 def test_gpqa_is_read_from_the_user_path_and_never_written(tmp_path, prefect_api,
@@ -88,6 +110,23 @@ def test_gpqa_is_read_from_the_user_path_and_never_written(tmp_path, prefect_api
     for p in written:
         text = p.read_text(errors="ignore")
         assert "made-up particle" not in text and "quarkonium" not in text, p
+    # the conversations are traced (ids, grades, counts), their text withheld everywhere
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("mars-mas-eval").experiment_id
+    traces = client.search_traces(locations=[exp], max_results=100)
+    assert len(traces) == 4 and {t.info.tags["mars.benchmark"] for t in traces} == {"gpqa_diamond"}
+    mad = next(t for t in traces if t.info.tags["mars.system"] == "mad")
+    assert len(mad.data.spans) >= 4 and all("quarkonium" not in t.to_json() for t in traces)
+    turn = next(s for s in mad.data.spans if s.parent_id)  # per-turn tokens, no text
+    assert turn.attributes["mars.completion_tokens"] <= 8
+    stored = (tmp_path / "mlflow.db").read_bytes()
+    assert b"made-up particle" not in stored and b"quarkonium" not in stored
+    # the questions answered are the model run's dataset input, traced to the user's file
+    child, = client.search_runs([exp], "tags.`mars.model` != ''")
+    inputs = child.inputs.dataset_inputs
+    assert [(d.dataset.name, json.loads(d.dataset.profile)["num_rows"]) for d in inputs] == [
+        ("gpqa_diamond", 2)]
+    assert str(gpqa) in inputs[0].dataset.source
 
 
 def test_bad_flags_are_one_line_errors(tmp_path, prefect_api, capsys):

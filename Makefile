@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui clean
+.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui services clean
 
 setup: $(STAMP)
 
@@ -83,6 +83,12 @@ learn: setup
 # GPU figures (Qwen3-4B shape, random weights): training tokens/s and MFU, generation tokens/s.
 bench-gpu: setup
 	$(PY) bench/gpu_bench.py
+
+# The Prefect server (UI at :4200) and the MLflow tracking server (UI at :5000, on the runs/
+# store) together, and the work pool; prints the lines to export for deployments and a worker.
+# Foreground: Ctrl-C stops both.
+services: setup
+	$(VENV)/bin/mars services --runs-dir runs
 
 prefect-ui: setup
 	$(VENV)/bin/prefect server start

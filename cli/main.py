@@ -8,7 +8,7 @@
         [--opponents O1,O2] [--n N] [--seed S] [--out results.json] [--tracking-uri URI]
     mars eval mas --model SPEC [--baseline SPEC] [--systems single,mad,autogen]
         [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out results.json]
-        [--data-dir DIR] [--gpqa-path FILE] [--tracking-uri URI]
+        [--data-dir DIR|hf://] [--gpqa-path FILE] [--tracking-uri URI]
     mars eval harness --model SPEC [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out F]
         (lm-evaluation-harness, the `eval` extra; same benchmark files and graders)
     mars arena [--preset configs/arena/...yaml] [--agents A,LABEL=SPEC,...] [--run RUN_DIR]
@@ -17,6 +17,8 @@
         (TrueSkill leaderboard; --reference scores newcomers against a frozen pool)
     mars replay RUN [--episode ID] [--iteration K] [--out FILE] [--tracking-uri URI]
         (one episode as an HTML page; RUN: a run/iteration/episodes folder or runs:/ID/PATH)
+    mars services [--host H] [--prefect-port 4200] [--mlflow-port 5000] [--runs-dir runs]
+        (the Prefect and MLflow servers in the foreground until Ctrl-C; the work pool)
 
 Running the same `train` command again (same run name) resumes the run where it stopped.
 Everything that can be refused (bad config, unknown game or opponent, an opponent that does
@@ -29,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli import arena, replay
+from cli import arena, replay, services
 
 QUIET_ENV = {
     "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
@@ -82,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _mas_parser(e)
     replay.add_parser(sub)
     arena.add_parser(sub, _csv, _tracking_args, _overrides)
+    services.add_parser(sub)
     return p
 
 
@@ -116,7 +119,9 @@ def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
     m.add_argument("--batch-size", type=int, default=batch, help=batch_help)
     m.add_argument("--data-dir", default=None,
                    help="benchmark folder (default: $MARS_BENCHMARK_DIR, else ../shared/data/"
-                        "benchmarks)")
+                        "benchmarks), or hf:// to load each benchmark from its publisher's "
+                        "dataset on the Hugging Face hub (hf://MIRROR: a local copy of those "
+                        "dataset repositories, MIRROR/<owner>/<name>)")
     m.add_argument("--gpqa-path", default=None,
                    help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
     m.add_argument("--out", default=out, help=f"results file (default: {out})")
@@ -218,7 +223,7 @@ def _check_mas(args) -> None:
             data_dir(args.data_dir)
     except (ValueError, BenchmarkError) as e:
         raise ConfigError(str(e)) from None
-    if args.gpqa_path and not Path(args.gpqa_path).is_file():
+    if args.gpqa_path and not args.gpqa_path.startswith("hf://") and not Path(args.gpqa_path).is_file():
         raise ConfigError(f"--gpqa-path: no such file: {args.gpqa_path}")
     _check_model_spec(args.model, "--model")
     if getattr(args, "baseline", None):
@@ -292,8 +297,11 @@ def _prefect_outage(e: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Offline unless told otherwise; `hf://` (benchmarks from their publishers) asks for the hub.
+    hub = any("hf://" in a for a in (sys.argv[1:] if argv is None else argv))
     for k, v in QUIET_ENV.items():
-        os.environ.setdefault(k, v)
+        if not (hub and k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+            os.environ.setdefault(k, v)
     args = _parser().parse_args(argv)
     from mars_core.config import ConfigError
     from mars_core.models import ModelError
@@ -303,14 +311,17 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.tracking import TrackingError
 
     from mars_core.engines.vllm_server import VLLMError
+    from eval.benchmarks import BenchmarkError
 
     errors = (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError,
-              VLLMError)
+              BenchmarkError,
+              VLLMError, services.ServiceError)
     try:
-        if args.command != "replay":
+        if args.command not in ("replay", "services"):
             check_prefect_api()
         {"train": _check_train, "compare": _check_compare, "eval": _check_eval,
-         "replay": replay.check, "arena": arena.check}[args.command](args)
+         "replay": replay.check, "arena": arena.check,
+         "services": services.check}[args.command](args)
         result = _run(args)
     except KeyboardInterrupt:
         resumable = args.command in ("train", "compare")
@@ -330,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mars: done: {result['run_dir']} (MLflow run {result['mlflow_run_id']})")
     elif args.command == "replay":
         print(f"mars: {result['note']}\nmars: done: {result['out']}")
+    elif args.command == "services":
+        print(f"mars: {result['note']}")
     elif args.command == "arena":
         logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
         print(f"mars: done: {result['records']} games, leaderboard in {result['out']}{logged}")
@@ -343,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> dict:
+    if args.command == "services":
+        return services.run(args)
     if args.command == "replay":
         return replay.run(args)
     if args.command == "arena":

@@ -3,20 +3,16 @@
 kept, and the same command resumes to a run equal to one that never saw the outage)."""
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args
+from tests.servers import prefect_in, started
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -32,38 +28,20 @@ def test_unreachable_at_start_is_one_line_and_writes_nothing(tmp_path, tiny_mode
 
 @pytest.mark.skipif(not FULL, reason="make test-faults")
 def test_lost_mid_run_then_resumed(tmp_path, tiny_model_dir, reference_run):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    api = f"http://127.0.0.1:{port}/api"
-    home = tmp_path / "prefect-home"
-    server_env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                  "PREFECT_UI_ENABLED": "false"}
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host",
-                               "127.0.0.1", "--port", str(port)], env=server_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    server = prefect_in(tmp_path / "prefect")
+    api, home = server.api_url, server.env["PREFECT_HOME"]
     try:
-        end = time.time() + 120
-        while True:
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < end and server.poll() is None, "prefect server did not start"
-            time.sleep(0.5)
+        started(server)
         runs, flag = tmp_path / "runs", tmp_path / "flag"
         args = train_args(runs, "lost", tiny_model_dir)
-        env = run_env(api, PREFECT_HOME=str(home), MARS_FAULT_WAIT="start:build_batch:0",
+        env = run_env(api, PREFECT_HOME=home, MARS_FAULT_WAIT="start:build_batch:0",
                       MARS_FAULT_WAIT_FILE=str(flag), PREFECT_CLIENT_MAX_RETRIES="1")
         proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         while not flag.exists():
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             time.sleep(0.1)
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        server.kill()  # the Prefect API is gone mid-stage
         flag.unlink()
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 2, err[-3000:]
@@ -73,8 +51,7 @@ def test_lost_mid_run_then_resumed(tmp_path, tiny_model_dir, reference_run):
             f"mars: error: lost the Prefect API at {api} mid-run"), err[-3000:]
         assert (runs / "lost/iter_0000/bank_episodes/_COMPLETE").is_file()
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
+        server.kill()
     done = train(args, run_env(None))  # resumed on a temporary local server
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_run(reference_run, Path(runs / "lost"))

@@ -5,67 +5,26 @@ is back publishes what is missing, exactly once. Either way the run ends equal t
 never saw an outage."""
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from mars_core.stages import is_done
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args, wait_for_flag
+from tests.servers import mlflow_in, started
 
 pytestmark = pytest.mark.timeout(1500)
 
 
-class MlflowServer:
-    """`mlflow server` on a SQLite store and a local artifact folder (proxied over HTTP)."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
-               "--artifacts-destination", str(self.root / "artifacts")]
-        log = open(self.root / "server.log", "a")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        end = time.time() + 120
-        while time.time() < end:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, (self.root / "server.log").read_text()[-2000:]
-            time.sleep(0.3)
-        raise AssertionError("mlflow server did not start")
-
-    def stop(self) -> None:
-        import os
-        import signal
-
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its workers, at once
-            self.proc.wait()
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path)
-    server.start()
+    server = mlflow_in(tmp_path)
+    started(server)
     yield server
-    server.stop()
+    server.kill()
 
 
 def _env(prefect_api, server, flag: Path, point: str, window_s: int) -> dict:
@@ -84,7 +43,7 @@ def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
                             cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     wait_for_flag(flag, proc)
-    mlflow_server.stop()  # the tracking server goes away for longer than the retry window
+    mlflow_server.kill()  # the tracking server goes away for longer than the retry window
     flag.unlink()
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 2, err[-3000:]
@@ -92,7 +51,7 @@ def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
     assert last.startswith("mars: error: MLflow tracking unreachable for 4 s"), last
     assert "run the same command again" in last
     assert is_done(runs / "outage/iter_0000/generate_rollouts")  # the rollouts are kept
-    mlflow_server.start()
+    started(mlflow_server)
     done = train(args, run_env(prefect_api, MLFLOW_TRACKING_URI=mlflow_server.url))
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_run(reference_run, runs / "outage", tracking=mlflow_server.url)
@@ -108,10 +67,10 @@ def test_short_outage_costs_a_wait_not_the_run(tmp_path, tiny_model_dir, prefect
                             cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     wait_for_flag(flag, proc)
-    mlflow_server.stop()
+    mlflow_server.kill()
     flag.unlink()
     time.sleep(5)  # the run is retrying meanwhile
-    mlflow_server.start()
+    started(mlflow_server)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     assert_same_run(reference_run, runs / "blip", tracking=mlflow_server.url)

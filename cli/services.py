@@ -1,0 +1,291 @@
+"""`mars services`: the Prefect server and the MLflow tracking server of the production path,
+started together and kept in the foreground until Ctrl-C (then both stop).
+
+    mars services [--host 127.0.0.1] [--prefect-port 4200] [--mlflow-port 5000] [--runs-dir runs]
+
+MLflow serves the same store that local tracking writes (`<runs-dir>/mlflow.db`, artifacts in
+`<runs-dir>/mlartifacts/`), so runs tracked before and after are in one place; Prefect keeps
+its database in its home (`$PREFECT_HOME`, default ~/.prefect), as `prefect server start` does.
+The work pool of `prefect.yaml` (mars-local, type process) is created when missing.
+
+The tests start their servers with the same code (tests/servers.py): each server is a process
+in its own process group (its workers are stopped with it), checked over HTTP before use.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POOL = "mars-local"  # the work pool every deployment in prefect.yaml uses
+PREFECT_PORT, MLFLOW_PORT = 4200, 5000  # the servers' own defaults (artifacts.DEFAULT_UI too)
+QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+         "DO_NOT_TRACK": "1"}
+
+
+class ServiceError(Exception):
+    """A server that did not start or stopped: one line (with where its log is), and the end
+    of its log in `tail`."""
+
+    def __init__(self, line: str, tail: str = ""):
+        super().__init__(line)
+        self.tail = tail
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_taken(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+class Process:
+    """A command in its own process group, its output appended to `log`; stopping it stops
+    everything it started (a server's workers, a worker's flow runs)."""
+
+    def __init__(self, name: str, cmd: list[str], log: Path, env: dict | None = None,
+                 cwd: Path | None = None):
+        self.name, self.cmd, self.log, self.env, self.cwd = name, cmd, Path(log), env, cwd
+        self.proc: subprocess.Popen | None = None
+
+    def launch(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
+                                         start_new_session=True)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to the group, SIGKILL to what is left after `grace_s` (0: SIGKILL at once)."""
+        if self.proc is None:
+            return
+        if grace_s > 0:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(signal.SIGKILL)  # whatever is left of the group (children outlive a leader)
+        self.proc.wait()
+        self.proc = None
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> None:
+        """Gone at once, the server and its workers (an outage, not a shutdown)."""
+        self.stop(grace_s=0)
+
+
+class Server(Process):
+    """A `Process` that answers `health_url` with 200 once it is ready."""
+
+    def __init__(self, name: str, cmd: list[str], url: str, health: str, log: Path,
+                 api_url: str | None = None, env: dict | None = None, cwd: Path | None = None):
+        super().__init__(name, cmd, log, env, cwd)
+        self.url, self.health_url, self.api_url = url, url + health, api_url or url
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        import httpx
+
+        end = time.time() + timeout
+        while True:
+            try:
+                if httpx.get(self.health_url, timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if not self.running():
+                raise ServiceError(f"{self.name} exited while starting (log {self.log})",
+                                   self.log_tail())
+            if time.time() > end:
+                raise ServiceError(f"{self.name} did not answer {self.health_url} in "
+                                   f"{timeout:.0f} s (log {self.log})", self.log_tail())
+            time.sleep(0.5)
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+
+def start_all(*servers: Server, timeout: float = 180.0) -> None:
+    """Launch every server, then wait for each (they start side by side); on a failure the
+    ones already launched are stopped."""
+    try:
+        for s in servers:
+            s.launch()
+        for s in servers:
+            s.wait_ready(timeout)
+    except BaseException:
+        for s in servers:
+            s.kill()
+        raise
+
+
+def _reach(host: str) -> str:
+    """Where this machine reaches a server bound to `host` (all interfaces: the loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def _env(**extra: str | None) -> dict:
+    env = {**os.environ, **QUIET}
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def prefect_server(port: int, log: Path, host: str = "127.0.0.1", home: Path | None = None,
+                   ui: bool = True, scheduler: bool = True) -> Server:
+    """`prefect server start` (API at `<url>/api`, the UI at `<url>` when `ui`); its database
+    lives in `home` (default: $PREFECT_HOME)."""
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
+    cmd += ([] if ui else ["--no-ui"]) + ([] if scheduler else ["--no-scheduler"])
+    env = _env(PREFECT_API_URL=None,
+               PREFECT_HOME=str(home) if home else os.environ.get("PREFECT_HOME"))
+    url = f"http://{_reach(host)}:{port}"
+    return Server("Prefect server", cmd, url, "/api/health", log, api_url=f"{url}/api", env=env)
+
+
+def mlflow_server(port: int, db: Path, artifacts: Path, log: Path, host: str = "127.0.0.1",
+                  workers: int = 1) -> Server:
+    """`mlflow server` on the SQLite store `db`, artifacts in the folder `artifacts` served
+    over HTTP (clients need no access to the folder). Its GenAI job runner (LLM judges, trace
+    rollups: eight more processes) is off unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION says
+    otherwise; tracking and the registry do not use it."""
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port),
+           "--workers", str(workers), "--backend-store-uri", f"sqlite:///{Path(db).resolve()}",
+           "--serve-artifacts", "--artifacts-destination", str(Path(artifacts).resolve())]
+    env = _env(MLFLOW_TRACKING_URI=None)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    return Server("MLflow server", cmd, f"http://{_reach(host)}:{port}", "/health", log, env=env)
+
+
+def ensure_work_pool(api_url: str, name: str = POOL) -> bool:
+    """The process work pool `name` (as `prefect work-pool create NAME --type process` makes
+    it); True when it was created, False when it was there."""
+    import httpx
+    from prefect.workers.process import ProcessWorker
+
+    base = api_url.rstrip("/")
+    got = httpx.get(f"{base}/work_pools/{name}", timeout=30)
+    if got.status_code == 200:
+        return False
+    if got.status_code != 404:
+        got.raise_for_status()
+    httpx.post(f"{base}/work_pools/", timeout=30, json={
+        "name": name, "type": "process",
+        "base_job_template": ProcessWorker.get_default_base_job_template()}).raise_for_status()
+    return True
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("services", help="start the Prefect and MLflow servers (foreground, "
+                                        "Ctrl-C stops both)")
+    s.add_argument("--host", default="127.0.0.1", help="address both bind (default 127.0.0.1)")
+    s.add_argument("--prefect-port", type=int, default=PREFECT_PORT,
+                   help=f"Prefect server and UI (default {PREFECT_PORT})")
+    s.add_argument("--mlflow-port", type=int, default=MLFLOW_PORT,
+                   help=f"MLflow tracking server and UI (default {MLFLOW_PORT})")
+    s.add_argument("--runs-dir", default="runs",
+                   help="MLflow store <runs-dir>/mlflow.db and <runs-dir>/mlartifacts, logs in "
+                        "<runs-dir>/services (default: runs)")
+
+
+def check(args: argparse.Namespace) -> None:
+    from mars_core.config import ConfigError
+
+    for flag, port, what in (("--prefect-port", args.prefect_port, "a Prefect server"),
+                             ("--mlflow-port", args.mlflow_port, "an MLflow server")):
+        if not 0 < port < 65536:
+            raise ConfigError(f"{flag} must be a port number, got {port}")
+        if port_taken(args.host, port):
+            raise ConfigError(f"{flag}: {args.host}:{port} is in use ({what} already running? "
+                              f"stop it or give another {flag})")
+    if args.prefect_port == args.mlflow_port:
+        raise ConfigError("--prefect-port and --mlflow-port must differ")
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Start both servers, create the work pool, print where they are, wait for Ctrl-C (or
+    SIGTERM, or a server that stops), then stop both."""
+    runs = Path(args.runs_dir).resolve()
+    logs = runs / "services"
+    logs.mkdir(parents=True, exist_ok=True)
+    prefect = prefect_server(args.prefect_port, logs / "prefect.log", args.host)
+    mlflow = mlflow_server(args.mlflow_port, runs / "mlflow.db", runs / "mlartifacts",
+                           logs / "mlflow.log", args.host, workers=2)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        start_all(prefect, mlflow)
+        created = ensure_work_pool(prefect.api_url)
+        _banner(prefect, mlflow, runs, created)
+        while True:
+            for s in (prefect, mlflow):
+                if not s.running():
+                    raise ServiceError(f"{s.name} stopped (log {s.log})", s.log_tail(1500))
+            time.sleep(1)
+    except KeyboardInterrupt:
+        _say("mars: stopping the servers")
+    except ServiceError as e:
+        print(e.tail, file=sys.stderr)
+        raise
+    finally:
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: still stop
+        for s in (prefect, mlflow):
+            s.stop()
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, previous)
+    return {"note": "services stopped"}
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _banner(prefect: Server, mlflow: Server, runs: Path, created: bool) -> None:
+    pool = "created" if created else "already there"
+    _say(f"mars: Prefect server {prefect.url} (UI; API {prefect.api_url}), log {prefect.log}\n"
+         f"mars: MLflow server {mlflow.url} (UI; store {runs / 'mlflow.db'}, artifacts "
+         f"{runs / 'mlartifacts'}), log {mlflow.log}\n"
+         f"mars: work pool '{POOL}' (process) {pool}\n"
+         "In another shell, from the repository root:\n"
+         f"  export PREFECT_API_URL={prefect.api_url}\n"
+         f"  export MLFLOW_TRACKING_URI={mlflow.url}\n"
+         "  prefect deploy --all                    # once, and after editing prefect.yaml\n"
+         f"  prefect worker start --pool {POOL}      # runs what you start from the UI\n"
+         "  (or `mars train ...` with these two exported: tracked and shown there too)\n"
+         "mars: services running; Ctrl-C stops both")

@@ -170,9 +170,12 @@ def prefect_server(port: int, log: Path, host: str = "127.0.0.1", home: Path | N
     lives in `home` (default: $PREFECT_HOME)."""
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
     cmd += ([] if ui else ["--no-ui"]) + ([] if scheduler else ["--no-scheduler"])
-    env = _env(PREFECT_API_URL=None,
-               PREFECT_HOME=str(home) if home else os.environ.get("PREFECT_HOME"))
     url = f"http://{_reach(host)}:{port}"
+    # the UI asks this API (by default port 4200, whatever port the server was given)
+    env = _env(PREFECT_API_URL=None,
+               PREFECT_HOME=str(home) if home else os.environ.get("PREFECT_HOME"),
+               PREFECT_SERVER_UI_API_URL=f"{url}/api",
+               PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT="false")
     return Server("Prefect server", cmd, url, "/api/health", log, api_url=f"{url}/api", env=env)
 
 

@@ -20,6 +20,7 @@ import pytest
 from mars_core.engines.vllm_server import (ProcessGroupError, VLLMError, VLLMServer, free_port,
                                            group_tree, kill_tree, start_group, stop_group,
                                            take_over)
+from mars_core.engines.vllm_ext.mars_keeper import live_processes
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux's /proc")
@@ -64,15 +65,7 @@ def stand_in() -> list[str]:
 
 def members(pgid: int) -> list[int]:
     """The live (not zombie) processes of group `pgid`."""
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split() if p.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            out.append(int(p.name))
-    return out
+    return [pid for pid, (_, group) in live_processes().items() if group == pgid]
 
 
 def alive(pid: int) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from mars_core.engines.vllm_ext.mars_keeper import live_processes
 from mars_core.engines.vllm_server import VLLMError, group_tree
 from mars_core.stages import is_done
 from tests.conftest import REPO
@@ -21,15 +22,7 @@ pytestmark = pytest.mark.vllm
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split() if p.name.isdigit() else []
-        except OSError:
-            continue
-        if fields and int(fields[1]) == pid:
-            out.append(int(p.name))
-    return out
+    return [p for p, (parent, _) in live_processes().items() if parent == pid]
 
 
 def _alive(pid: int) -> bool:

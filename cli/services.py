@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+
 POOL = "mars-local"  # the work pool every deployment in prefect.yaml uses
 PREFECT_PORT, MLFLOW_PORT = 4200, 5000  # the servers' own defaults (artifacts.DEFAULT_UI too)
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -35,12 +36,6 @@ class ServiceError(Exception):
     def __init__(self, line: str, tail: str = ""):
         super().__init__(line)
         self.tail = tail
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def port_taken(host: str, port: int) -> bool:

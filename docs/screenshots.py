@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli.services import free_port, mlflow_server, prefect_server, start_all  # noqa: E402
+from cli.services import mlflow_server, prefect_server, start_all  # noqa: E402
+from mars_core.procgroup import free_port  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

@@ -36,7 +36,7 @@ import torch
 
 from mars_core.checkpoint import DEEPSPEED_STATE, DEEPSPEED_TAG, save_model
 from mars_core.config import Config, OptimConfig, TrainerConfig, config_from_dict
-from mars_core.engines.vllm_server import ProcessGroupError, free_port, start_group, stop_group
+from mars_core.procgroup import ProcessGroupError, free_port, start_group, stop_group
 from mars_core.trainer import enable_gradient_checkpointing, load_samples, lr_lambda, ppo_update
 
 WORKER_MODULE = "mars_core.train_deepspeed"
@@ -179,7 +179,7 @@ def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
     one line: the exit status, the worker's error and the log's path.
 
     The launcher and its ranks run as one process group that never outlives this process
-    (`vllm_server.start_group`: also after a kill -9 of the flow), recorded in `pid_file`
+    (`procgroup.start_group`: also after a kill -9 of the flow), recorded in `pid_file`
     (default `<out>/../deepspeed.pid`, outside the stage's scratch folder that a resume
     removes); an exception here (KeyboardInterrupt included) stops the whole group."""
     missing = [k for k in SPEC_KEYS if k not in spec]

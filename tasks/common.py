@@ -201,7 +201,8 @@ def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
     `shutdown_engines`. Its pid file is `<log_dir>/vllm_server.pid`."""
     import secrets
 
-    from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, free_port, launch_command
+    from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, launch_command
+    from mars_core.procgroup import free_port
     from mars_core.models import load_tokenizer
 
     v = cfg.engine.vllm

@@ -103,8 +103,9 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
         client.log_batch(child, metrics=cell)
         client.log_table(child, pd.DataFrame(rep["rows"]), "mas_results.json")
         client.log_artifacts(child, rep["records"], "transcripts")
-        log_question_sets(client, child, rep)
-        traced = log_conversation_traces(tracking, exp, child, rep["records"], rep["model"],
+        answered = read_records(Path(rep["records"]))  # as written: gated text already gone
+        log_question_sets(client, child, answered, rep.get("sources", {}))
+        traced = log_conversation_traces(tracking, exp, child, answered, rep["model"],
                                          set(rep.get("gated", ())))
         print(f"{rep['label']}: {len(traced)} conversations traced in MLflow")
         client.set_terminated(child)
@@ -112,7 +113,8 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
     return parent
 
 
-def log_question_sets(client: MlflowClient, run_id: str, report: dict) -> None:
+def log_question_sets(client: MlflowClient, run_id: str, answered: list,
+                      sources: dict[str, str]) -> None:
     """Each benchmark's questions that the model answered, as an MLflow dataset input of its
     run (source: the benchmark file or the publisher's dataset; rows: ids and references, no
     question text), so an accuracy traces back to the exact questions."""
@@ -121,12 +123,12 @@ def log_question_sets(client: MlflowClient, run_id: str, report: dict) -> None:
     from mlflow.entities import DatasetInput, InputTag
 
     seen: dict[str, dict] = {}
-    for r in read_records(Path(report["records"])):
+    for r in answered:
         seen.setdefault(r.benchmark, {})[r.id] = r.reference
     inputs = []
     for bench, refs in sorted(seen.items()):
         frame = pd.DataFrame({"id": list(refs), "reference": list(refs.values())})
-        ds = mlflow.data.from_pandas(frame, source=report.get("sources", {}).get(bench, bench),
+        ds = mlflow.data.from_pandas(frame, source=sources.get(bench, bench),
                                      name=bench)
         inputs.append(DatasetInput(ds._to_mlflow_entity(),
                                    tags=[InputTag("mlflow.data.context", "evaluation")]))

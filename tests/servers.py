@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from cli.services import (POOL, Process, Server, ServiceError, free_port, mlflow_server,
+from mars_core.procgroup import free_port
+from cli.services import (POOL, Process, Server, ServiceError, mlflow_server,
                           prefect_server, start_all)
 
 __all__ = ["POOL", "Process", "Server", "ServiceError", "started", "mlflow_in", "prefect_in",

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from mlflow import MlflowClient
 
-from cli.services import POOL, ensure_work_pool, free_port, port_taken
+from cli.services import POOL, ensure_work_pool, port_taken
+from mars_core.procgroup import free_port
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(600)

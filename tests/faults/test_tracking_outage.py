@@ -34,14 +34,17 @@ def _env(prefect_api, server, flag: Path, point: str, window_s: int) -> dict:
 
 
 
+def _train_in_background(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(args, env=env, cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
         tmp_path, tiny_model_dir, prefect_api, reference_run, mlflow_server):
     runs, flag = tmp_path / "runs", tmp_path / "flag"
     args = train_args(runs, "outage", tiny_model_dir)
-    proc = subprocess.Popen(args, env=_env(prefect_api, mlflow_server, flag,
-                                           "end:generate_rollouts:0", 4),
-                            cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = _env(prefect_api, mlflow_server, flag, "end:generate_rollouts:0", 4)
+    proc = _train_in_background(args, env)
     wait_for_flag(flag, proc)
     mlflow_server.kill()  # the tracking server goes away for longer than the retry window
     flag.unlink()
@@ -62,10 +65,8 @@ def test_short_outage_costs_a_wait_not_the_run(tmp_path, tiny_model_dir, prefect
                                                reference_run, mlflow_server):
     runs, flag = tmp_path / "runs", tmp_path / "flag"
     args = train_args(runs, "blip", tiny_model_dir)
-    proc = subprocess.Popen(args, env=_env(prefect_api, mlflow_server, flag,
-                                           "end:train_step:0", 300),
-                            cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = _env(prefect_api, mlflow_server, flag, "end:train_step:0", 300)
+    proc = _train_in_background(args, env)
     wait_for_flag(flag, proc)
     mlflow_server.kill()
     flag.unlink()

@@ -1,4 +1,4 @@
-"""Processes the pipeline starts never outlive it (`vllm_server.start_group`, used for the vLLM
+"""Processes the pipeline starts never outlive it (`procgroup.start_group`, used for the vLLM
 server and the DeepSpeed launcher): their process group dies with the process that started it,
 kill -9 included, and the next start takes over the pid file a killed pipeline left behind.
 Real processes throughout; the vLLM server's stand-in is a small HTTP server that answers
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mars_core.engines.vllm_server import (ProcessGroupError, VLLMError, VLLMServer, free_port,
-                                           group_tree, kill_tree, start_group, stop_group,
-                                           take_over)
+from mars_core.engines.vllm_server import VLLMError, VLLMServer
+from mars_core.procgroup import (ProcessGroupError, free_port, group_tree, kill_tree, start_group,
+                                 stop_group, take_over)
 from mars_core.engines.vllm_ext.mars_keeper import live_processes
 from tests.conftest import REPO
 
@@ -52,7 +52,7 @@ PIPELINE = textwrap.dedent("""
 # a pipeline process that starts a bare group (a shell with a background child) and waits
 GROUP = textwrap.dedent("""
     import sys, time
-    from mars_core.engines.vllm_server import start_group
+    from mars_core.procgroup import start_group
     proc = start_group(["sh", "-c", "sleep 600 & sleep 600"], sys.argv[1])
     print(proc.pid, flush=True)
     time.sleep(600)

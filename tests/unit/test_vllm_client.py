@@ -15,7 +15,8 @@ from mars_core.config_engine import GiB
 from mars_core.engines.base import request_seed
 from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, MIDDLEWARE, VLLMError,
                                            VLLMServer, completion_request, cpu_kv_cache_gib,
-                                           free_port, launch_command, parse_choice)
+                                           launch_command, parse_choice)
+from mars_core.procgroup import free_port
 from mars_core.types import SamplingParams
 from tests.conftest import REPO
 

@@ -34,7 +34,8 @@ def server(request, vllm_python, served_model, tmp_path_factory):
     NUMA node 0, comes out negative on small machines); its API key is the module's `API_KEY`
     (none without one: the lm-eval and `mars eval mas` clients send no key)."""
     from mars_core.config_engine import VLLMLaunch
-    from mars_core.engines.vllm_server import VLLMServer, free_port, launch_command
+    from mars_core.engines.vllm_server import VLLMServer, launch_command
+    from mars_core.procgroup import free_port
 
     cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
                          max_model_len=2048, gpu_memory_utilization=0.1)

@@ -14,7 +14,7 @@ import pytest
 
 from cli.main import main
 from mars_core.engines.vllm_ext.mars_keeper import live_processes
-from mars_core.engines.vllm_server import group_tree
+from mars_core.procgroup import group_tree
 from mars_core.stages import is_done
 from tests.conftest import REPO
 

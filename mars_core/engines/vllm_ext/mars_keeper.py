@@ -1,5 +1,5 @@
 """The keeper of a process tree: `python -I mars_keeper.py PARENT_PID COMMAND...` (standard
-library only, so any Python runs it; `mars_core.engines.vllm_server.start_group` starts it as
+library only, so any Python runs it; `mars_core.procgroup.start_group` starts it as
 the leader of a new session, for the vLLM server and the DeepSpeed launcher alike).
 
 It runs COMMAND as its child and makes everything below it die with the pipeline:
@@ -41,7 +41,7 @@ def die_with_keeper(keeper: int) -> None:
 
 def live_processes() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every live (not zombie) process, from /proc;
-    {} without /proc. Shared with `vllm_server.group_tree`."""
+    {} without /proc. Shared with `procgroup.group_tree`."""
     table = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit():
@@ -90,19 +90,23 @@ def reap(child: int) -> int | None:
             code = os.waitstatus_to_exitcode(status)
 
 
-def kill_all_below(child: int) -> None:
-    """SIGKILL everything below the keeper until nothing is left (at most a few seconds)."""
-    for _ in range(100):
-        pids = below_us()
-        if not pids:
-            return
+def kill_until_gone(find, wait_s: float, between=lambda: None) -> None:
+    """SIGKILL the processes `find()` returns until it returns none (at most `wait_s`),
+    calling `between()` after each round. Shared with `mars_core.procgroup.kill_tree`."""
+    deadline = time.monotonic() + wait_s
+    while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         time.sleep(0.05)
-        reap(child)
+        between()
+
+
+def kill_all_below(child: int) -> None:
+    """SIGKILL everything below the keeper until nothing is left (at most a few seconds)."""
+    kill_until_gone(below_us, 5, lambda: reap(child))
 
 
 def main(argv: list[str]) -> int:

@@ -29,11 +29,27 @@ def _runs(client: MlflowClient, run_dir: Path) -> dict[str, object]:
     return {r.info.run_name.removeprefix(run_dir.name): r for r in mine}
 
 
+def first_difference(ref: Path, got: Path) -> str:
+    """The first stage file (in run order) whose bytes differ between two runs: where a
+    mismatch of the last checkpoint started (weights, a batch, the episodes)."""
+    from tasks.paths import finished_stages
+
+    for stage in finished_stages(ref):
+        for f in sorted(stage.rglob("*")):
+            if f.suffix in (".safetensors", ".parquet") and f.is_file():
+                other = got / f.relative_to(ref)
+                if not other.is_file() or _digest(other) != _digest(f):
+                    return str(f.relative_to(ref))
+    return "none"
+
+
 def assert_same_run(ref: Path, got: Path, iterations: int = 2, tracking: str | None = None) -> None:
     """`tracking`: where `got` tracked (default: the SQLite store beside it)."""
     last = got / f"iter_{iterations - 1:04d}/save_checkpoint"
     for f in sorted((ref / last.relative_to(got)).glob("*.safetensors")):
-        assert _digest(last / f.name) == _digest(f), f"checkpoint bytes differ: {f.name}"
+        assert _digest(last / f.name) == _digest(f), (
+            f"checkpoint bytes differ: {f.name}; the first file that differs: "
+            f"{first_difference(ref, got)}")
     for f in sorted((ref / "final/model").glob("*.safetensors")):
         assert _digest(got / "final/model" / f.name) == _digest(f)
     for k in range(iterations):

@@ -34,7 +34,7 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
     args = train_args(runs, "full", tiny_model_dir)
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=run_env(prefect_api, MLFLOW_TRACKING_URI=tracking,
-                                                   MARS_FAULT_WAIT="start:train_step:1",
+                                                   MARS_FAULT_WAIT="start:save_checkpoint:1",
                                                    MARS_FAULT_WAIT_FILE=str(flag)))
     wait_for_flag(flag, proc)
     filler = small_disk / "filler"
@@ -50,11 +50,11 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
     assert proc.returncode == 2, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("mars: error: no space left on the disk"), last
-    assert "train_step" in last and "run the same command again" in last
-    previous = runs / "full/iter_0000/save_checkpoint"
-    assert is_done(previous) and verify_stage(previous) is None  # intact, every byte
-    assert not is_done(runs / "full/iter_0001/train_step")
-    assert not (runs / "full/iter_0001/train_step.partial").exists()
+    assert "save_checkpoint" in last and "run the same command again" in last
+    for previous in (runs / "full/iter_0000/save_checkpoint", runs / "full/iter_0001/train_step"):
+        assert is_done(previous) and verify_stage(previous) is None  # intact, every byte
+    assert not is_done(runs / "full/iter_0001/save_checkpoint")
+    assert not (runs / "full/iter_0001/save_checkpoint.partial").exists()
     filler.unlink()
     done = train(args, run_env(prefect_api, MLFLOW_TRACKING_URI=tracking))
     assert done.returncode == 0, done.stderr[-3000:]

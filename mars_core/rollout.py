@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
 
-from mars_core.engines.base import Engine
+from mars_core.engines.base import Engine, request_seed
 from mars_core.games import base as gb
 from mars_core.games.bots import is_bot, make_bot
 from mars_core.games.registry import make_game
@@ -254,7 +254,8 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] |
         completions: list[Completion | None] = [None] * len(pending)
         for (agent, p), idx in calls.items():  # one engine call per model and sampling setting
             model = _engine_for(engines, agent) if engines is not None else engine
-            got = _generate(model, prompts, p, [pending[i][1] for i in idx], stats)
+            seeds = [turn_seed(p.seed, pending[i][0]) for i in idx]
+            got = _generate(model, prompts, p, [pending[i][1] for i in idx], stats, seeds)
             for i, c in zip(idx, got):
                 completions[i] = c
         for (g, t), c, p in zip(pending, completions, params):
@@ -271,14 +272,22 @@ def _engine_for(engines: dict[str, Engine], agent: str) -> Engine:
     return engines[agent]
 
 
+def turn_seed(seed: int, g: _Live) -> int:
+    """The sampling seed of a game's next model turn: from the sampling seed, the episode's
+    seed and the turn's number only. So a game plays the same whichever games share its
+    engine calls, in one process or in any shard of a cluster."""
+    return request_seed(request_seed(seed, g.spec.seed), len(g.turns))
+
+
 def _generate(engine: Engine, prompts: PromptBuilder, sampling: SamplingParams,
-              turns: list[dict], stats: RolloutStats) -> list[Completion]:
-    """One batched engine call; prompts that leave no room for a reply are overflows."""
+              turns: list[dict], stats: RolloutStats, seeds: list[int]) -> list[Completion]:
+    """One batched engine call, each prompt with its own seed; prompts that leave no room
+    for a reply are overflows."""
     room = prompts.max_context_tokens - sampling.max_new_tokens
     fits = [i for i, t in enumerate(turns) if len(t["prompt_ids"]) <= room]
     out = [Completion((), (), "", "context_overflow")] * len(turns)
     if fits:
-        params = replace(sampling, seed=sampling.seed * 100_003 + stats.engine_calls)
+        params = replace(sampling, seeds=tuple(seeds[i] for i in fits))
         start = time.perf_counter()
         got = engine.generate([list(turns[i]["prompt_ids"]) for i in fits], params)
         stats.generate_seconds += time.perf_counter() - start

@@ -22,6 +22,9 @@ class SamplingParams:
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ()
     seed: int = 0
+    # one seed per prompt of a call (the rollout loop's per-turn seeds, so a game's sample
+    # depends on the game and its turn, never on which other games share the call or shard)
+    seeds: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,12 @@ def request_seed(seed: int, index: int) -> int:
     return (int(seed) * _SEED_MIX + int(index) * 0x632BE59BD9B4E019 + 1) % (1 << 63)
 
 
+def prompt_seed(params, index: int) -> int:
+    """The seed of prompt `index` of a call: its own from `params.seeds` where the caller gave
+    one per prompt, else `request_seed(params.seed, index)`."""
+    return params.seeds[index] if params.seeds is not None else request_seed(params.seed, index)
+
+
 class Engine(Protocol):
     """Batched sampler. `tokenizer` is a Hugging Face tokenizer (chat template included)."""
 

@@ -25,7 +25,7 @@ from contextlib import nullcontext
 
 import torch
 
-from mars_core.engines.base import request_seed
+from mars_core.engines.base import prompt_seed
 from mars_core.prefix import batch_forward
 from mars_core.types import Completion, SamplingParams
 
@@ -95,7 +95,7 @@ class HFEngine:
         """Prefill the batch (left-padded, each shared prefix once), then decode one token at a
         time with the KV cache. Finished rows are dropped from the batch (and cache) so they
         cost no more compute."""
-        seqs = [_Sequence(self, p, params, _generator(params.seed, i))
+        seqs = [_Sequence(self, p, params, _generator(params, i))
                 for p, i in zip(prompts, indices)]
         if params.max_new_tokens <= 0:
             return [s.result() for s in seqs]
@@ -208,9 +208,9 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
     return token, float(torch.log_softmax(scaled, -1)[token])
 
 
-def _generator(seed: int, index: int) -> torch.Generator:
-    """A generator for prompt `index` of a call with `seed` (independent of batching)."""
-    return torch.Generator().manual_seed(request_seed(seed, index))
+def _generator(params: SamplingParams, index: int) -> torch.Generator:
+    """A generator for prompt `index` of a call (independent of batching)."""
+    return torch.Generator().manual_seed(prompt_seed(params, index))
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

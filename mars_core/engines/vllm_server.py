@@ -14,7 +14,7 @@ in-process sampler, so the game loop does not change:
   taken under the tempered distribution, as the in-process engine's (which is over the full
   vocabulary: the two agree exactly without top-k/top-p truncation; with it, vLLM renormalises
   over the kept tokens). The trainer recomputes its own old log-probs either way;
-- each request carries its own seed, `request_seed(params.seed, index)`;
+- each request carries its own seed, `prompt_seed(params, index)`;
 - `load_weights(path)` is the weight handshake after a training step: the server reloads the
   saved checkpoint in place without a restart (`/collective_rpc` -> our worker extension's
   `mars_reload_weights`, vLLM's `reload_weights` plus re-tying tied embeddings, see
@@ -51,7 +51,7 @@ from pathlib import Path
 import httpx
 
 from mars_core.config_engine import GiB, is_loopback
-from mars_core.engines.base import request_seed
+from mars_core.engines.base import prompt_seed
 from mars_core.procgroup import ProcessGroupError, start_group, stop_group
 from mars_core.types import Completion, SamplingParams
 
@@ -370,7 +370,7 @@ def completion_request(prompt: list[int], params: SamplingParams, index: int, mo
         "top_k": -1 if greedy or params.top_k <= 0 else params.top_k,
         "min_p": 0.0 if greedy else params.min_p,
         "stop": list(params.stop), "include_stop_str_in_output": True,
-        "seed": request_seed(params.seed, index), "logprobs": 0, "return_token_ids": True,
+        "seed": prompt_seed(params, index), "logprobs": 0, "return_token_ids": True,
         "skip_special_tokens": False, "spaces_between_special_tokens": False,
     }
 

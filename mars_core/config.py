@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 
 from mars_core.config_base import ConfigError, _Section  # noqa: F401  (re-exported)
+from mars_core.config_cluster import ClusterConfig
 from mars_core.config_engine import EngineConfig
 from mars_core.config_train import (AlgorithmConfig, BatchingConfig, OptimConfig,  # noqa: F401
                                      TrainerConfig)
@@ -275,6 +276,7 @@ class Config(_Section):
     evaluation: EvaluationConfig = EvaluationConfig()
     tracking: TrackingConfig = TrackingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _batch_fits_estimator(self):
@@ -406,6 +408,7 @@ class StrategicConfig(_Section):
     play: PlayConfig = PlayConfig()
     max_context_tokens: int = Field(2048, ge=64)
     bf16: Literal["auto", "on", "off"] = "auto"
+    cluster: ClusterConfig = ClusterConfig()  # games split into shards (by game)
 
     @model_validator(mode="after")
     def _fitting_suite(self):

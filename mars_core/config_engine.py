@@ -39,6 +39,9 @@ class VLLMLaunch(_Section):
     cpu_kv_cache_bytes: int = Field(GiB, gt=0)
     enforce_eager: bool = False  # skip torch.compile / CUDA graphs (faster start, slower run)
     startup_timeout_s: float = Field(900, gt=0)
+    # servers to start (data parallel: each on its own port, one pool routes between them);
+    # they share `env`: to give each its own GPU, start them yourself and list engine.vllm.urls
+    replicas: int = Field(1, ge=1, le=64)
     extra_args: list[str] = Field(default_factory=list)  # e.g. ["--tensor-parallel-size", "2"]
     env: dict[str, str] = Field(default_factory=dict)  # e.g. {"CUDA_VISIBLE_DEVICES": "1"}
 
@@ -64,6 +67,9 @@ class VLLMLaunch(_Section):
 
 class VLLMConfig(_Section):
     url: str | None = None  # an already running server (started with VLLM_SERVER_DEV_MODE=1)
+    # several running servers of the same model (data parallel; each request goes to the one
+    # with the fewest outstanding); instead of `url`
+    urls: list[str] = Field(default_factory=list)
     # the NAME of the environment variable holding the API key of the server at `url` (the key
     # itself never goes in a config); unset or empty: requests carry no key
     api_key_env: str = "VLLM_API_KEY"
@@ -81,8 +87,15 @@ class VLLMConfig(_Section):
 
     @model_validator(mode="after")
     def _url_shape(self):
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"engine.vllm.url must start with http:// or https:// (got {self.url!r})")
+        for name, url in [("url", self.url)] + [(f"urls[{i}]", u) for i, u in enumerate(self.urls)]:
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"engine.vllm.{name} must start with http:// or https:// "
+                                 f"(got {url!r})")
+        if self.url is not None and self.urls:
+            raise ValueError("engine.vllm.url and engine.vllm.urls are both set: list every "
+                             "server in urls")
+        if len(set(self.urls)) != len(self.urls):
+            raise ValueError("engine.vllm.urls names a server twice")
         return self
 
 

@@ -14,6 +14,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.arena.schedule import Match
+from mars_core.config_cluster import ClusterConfig
 from mars_core.games.bots import is_bot
 from mars_core.models import default_cache_dir, resolve_model
 from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
@@ -24,6 +25,7 @@ from mars_core.redact import redact_text
 from tasks.registry import download_registered
 from tasks.tracking import _experiment_id, _metric_key, as_params
 from tasks.tracking import tracking_uri as local_store
+from tasks.shards import run_shards, shard_slices
 from tasks.traces import log_game_traces
 
 
@@ -94,7 +96,16 @@ def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | 
 def play_arena(matches: list[Match], models: dict[str, str | None], cfg,
                prefix: str = "") -> list[Episode]:
     """Play every match; one game's matches at a time (mixing long and short prompts in one
-    batch slows CPU sampling), each model's turns batched. Episode ids are `prefix` + match id."""
+    batch slows CPU sampling), each model's turns batched. Episode ids are `prefix` + match id.
+    With `cfg.cluster` sharded, the match list splits into `cluster.shards` contiguous slices,
+    each a play_arena task run of its own (on the Ray cluster where one is configured)."""
+    if cfg.cluster.sharded and len(matches) > 1:
+        one = cfg.model_copy(update={"cluster": ClusterConfig()})
+        parts = run_shards(play_arena, [{"matches": matches[r.start:r.stop], "models": models,
+                                         "cfg": one, "prefix": prefix}
+                                        for r in shard_slices(len(matches), cfg.cluster.shards)],
+                           cfg.cluster)
+        return [ep for part in parts for ep in part]
     engines, prompts = _engines(models, cfg)
     stats, episodes = RolloutStats(), {}
     for game in dict.fromkeys(m.game for m in matches):

@@ -194,56 +194,79 @@ _VLLM_ENGINES: dict[str, object] = {}  # engine.vllm settings -> its engine, one
 
 
 def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
-    """The process's client of the vLLM server `engine.vllm` describes: the server at `url`
-    (its API key from the environment variable `api_key_env` names), or one we start on first
-    use (with the weights at `path` and a new random API key, which only the server's
-    environment and our client hold) and keep for every later stage and iteration until
-    `shutdown_engines`. Its pid file is `<log_dir>/vllm_server.pid`."""
-    import secrets
-
-    from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, launch_command
-    from mars_core.procgroup import free_port
+    """The process's client of the vLLM servers `engine.vllm` describes: the server at `url`
+    or the servers at `urls` (their API key from the environment variable `api_key_env`
+    names), or `launch.replicas` servers we start on first use (with the weights at `path`
+    and each a new random API key, which only its environment and our client hold) and keep
+    for every later stage and iteration until `shutdown_engines`. Several servers are one
+    `VLLMPool` (data parallel). Pid files: `<log_dir>/vllm_server[_i].pid`."""
+    from mars_core.engines.vllm_pool import VLLMPool
     from mars_core.models import load_tokenizer
 
     v = cfg.engine.vllm
     key = v.model_dump_json()
     if key not in _VLLM_ENGINES:
-        served, server = None, None
-        url = v.url
-        if url is None:
-            lv = v.launch
-            api_key = secrets.token_urlsafe(32)
-            cmd = launch_command(str(Path(lv.python).absolute()), str(Path(path).resolve()),
-                                 port=lv.port or free_port(lv.host), host=lv.host, dtype=lv.dtype,
-                                 max_model_len=cfg.model.max_context_tokens,
-                                 gpu_memory_utilization=lv.gpu_memory_utilization,
-                                 seed=cfg.run.seed, enforce_eager=lv.enforce_eager,
-                                 extra_args=tuple(lv.extra_args))
-            server = VLLMServer(cmd, env=lv.env, startup_timeout_s=lv.startup_timeout_s,
-                                log_path=Path(log_dir) / "vllm_server.log" if log_dir else None,
-                                api_key=api_key, cpu_kv_cache_bytes=lv.cpu_kv_cache_bytes)
-            print(f"starting the vLLM server (log: {server.log_path})", flush=True)
-            url, served = server.start(), path
-        else:
+        tokenizer = load_tokenizer(path)
+        if v.url is not None or v.urls:
             api_key = os.environ.get(v.api_key_env) or None
-        try:
-            engine = VLLMEngine(url, load_tokenizer(path), max_concurrency=v.max_concurrency,
-                                timeout_s=v.request_timeout_s, served=served, server=server,
-                                api_key=api_key)
-        except BaseException:
-            if server is not None:
-                server.stop()
-            raise
-        _VLLM_ENGINES[key] = engine
+            replicas = [_vllm_client(v, url, tokenizer, api_key) for url in v.urls or [v.url]]
+        else:
+            n = v.launch.replicas
+            replicas = _launch_vllm(cfg, path, log_dir, tokenizer, n)
+        _VLLM_ENGINES[key] = replicas[0] if len(replicas) == 1 else VLLMPool(replicas)
     return _VLLM_ENGINES[key]
+
+
+def _vllm_client(v, url: str, tokenizer, api_key: str | None, served=None, server=None):
+    from mars_core.engines.vllm_server import VLLMEngine
+
+    return VLLMEngine(url, tokenizer, max_concurrency=v.max_concurrency,
+                      timeout_s=v.request_timeout_s, served=served, server=server, api_key=api_key)
+
+
+def _launch_vllm(cfg: Config, path: str, log_dir: Path | None, tokenizer, n: int) -> list:
+    """`n` vLLM servers on the weights at `path`, started together, each with its own port,
+    API key, log and pid file; all stopped again if one fails to start."""
+    import secrets
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mars_core.engines.vllm_server import VLLMServer, launch_command
+    from mars_core.procgroup import free_port
+
+    v, lv = cfg.engine.vllm, cfg.engine.vllm.launch
+    servers, keys = [], [secrets.token_urlsafe(32) for _ in range(n)]
+    for i in range(n):
+        name = "vllm_server" if n == 1 else f"vllm_server_{i}"
+        cmd = launch_command(str(Path(lv.python).absolute()), str(Path(path).resolve()),
+                             port=(lv.port + i if lv.port else free_port(lv.host)), host=lv.host,
+                             dtype=lv.dtype, max_model_len=cfg.model.max_context_tokens,
+                             gpu_memory_utilization=lv.gpu_memory_utilization,
+                             seed=cfg.run.seed, enforce_eager=lv.enforce_eager,
+                             extra_args=tuple(lv.extra_args))
+        servers.append(VLLMServer(cmd, env=lv.env, startup_timeout_s=lv.startup_timeout_s,
+                                  log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
+                                  api_key=keys[i],
+                                  cpu_kv_cache_bytes=lv.cpu_kv_cache_bytes))
+    print(f"starting {n} vLLM server(s) (log: {', '.join(str(s.log_path) for s in servers)})",
+          flush=True)
+    try:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            urls = list(pool.map(lambda s: s.start(), servers))
+        return [_vllm_client(v, url, tokenizer, key, served=path, server=s)
+                for url, s, key in zip(urls, servers, keys)]
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
 
 
 def shutdown_engines() -> None:
     """Stop the vLLM servers this process started (servers given by URL keep running)."""
     while _VLLM_ENGINES:
         _, engine = _VLLM_ENGINES.popitem()
-        if engine.server is not None:
-            engine.server.stop()
+        for server in getattr(engine, "servers", None) or [engine.server]:
+            if server is not None:
+                server.stop()
 
 
 def derive_seed(cfg: Config, *parts: int) -> int:

@@ -102,17 +102,23 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
         except ConfigError as e:
             raise RunDirError(f"run directory {run_dir} has an unreadable config: {e}") from None
         diff = config_diff(old, cfg)
-        if diff:
+        if any(not k.startswith("cluster.") for k in diff):
             raise RunDirError(f"run directory {run_dir} was created with a different config "
                               f"(differs in: {', '.join(diff[:5])}); choose another --run-name")
+        if diff:  # only where the games run (shards, the Ray cluster): the results are the same
+            _write_config(saved, cfg)
         return True
     if run_dir.exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not a run directory (no {CONFIG_FILE})")
     run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(saved, cfg)
+    return False
+
+
+def _write_config(saved: Path, cfg: Config) -> None:
     tmp = saved.with_suffix(".tmp")
     tmp.write_text(dump_config(cfg))
     tmp.replace(saved)
-    return False
 
 
 _HELD: dict[str, tuple[int, int]] = {}  # run folder -> (fd, depth): re-entrant in one process

@@ -2,7 +2,9 @@
 samplers draw), stored as Parquet (one row per turn)."""
 from __future__ import annotations
 
+import os
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,9 +18,12 @@ from mars_core.samplers import FROZEN, is_frozen, plan_episodes
 from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns_frame
 from tasks.common import (PUBLISH_RETRY, derive_seed, frozen_snapshots, make_engine, policy_at,
                           prompt_builder, run_stage, sampling)
-from tasks.paths import read_config
+from mars_core.stages import read_json, write_json
+from tasks.paths import read_config, stage_dir
+from tasks.shards import drop_shards, node_id, run_shards, shard_folder, shard_slices, shards_dir, write_shard
 
 STAGE = "generate_rollouts"
+SHARD_STATS = "shard.json"
 
 
 def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
@@ -85,6 +90,69 @@ def write_samples(out: Path, episodes: list[Episode], n_sample: int, n_transcrip
     (out / "transcripts.md").write_text("\n\n".join(transcript(e) for e in picked[:n_transcripts]))
 
 
+def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progress: bool = True):
+    """Play `specs` with the iteration's engines: (episodes, stats, the policy's engine,
+    seconds spent loading the engines)."""
+    start = time.perf_counter()
+    engines, engine = _engines(cfg, run_dir, k, specs)
+    load_s, stats = time.perf_counter() - start, RolloutStats()
+    episodes = play_episodes(specs, engines, prompt_builder(cfg, engine.tokenizer),
+                             sampling(cfg, seed), stats=stats, progress=progress,
+                             per_game=cfg.rollout.per_game_sampling(seed))
+    return episodes, stats, engine, load_s
+
+
+@task(name="rollout_shard", task_run_name="rollout_shard iter_{k:04d} {shard}/{shards}",
+      cache_policy=NO_CACHE)
+def rollout_shard(run_dir: str, k: int, shard: int, shards: int) -> dict:
+    """Slice `shard` of `shards` of iteration k's episode plan, played with its own engine
+    (on whichever machine runs it) into `generate_rollouts.shards/shard_XXXX/`. Returns how
+    its time went: load (engines), engine (generation), games (the rest), and its node."""
+    cfg = read_config(Path(run_dir))
+
+    def write(folder: Path) -> None:
+        start = time.perf_counter()
+        seed = derive_seed(cfg, k, 1)
+        specs = plan_iteration(cfg, run_dir, k, seed)
+        mine = [specs[i] for i in shard_slices(len(specs), shards)[shard]]
+        episodes, stats, _, load_s = _play(cfg, run_dir, k, mine, seed, progress=False)
+        write_episodes(folder, episodes)
+        seconds = time.perf_counter() - start
+        write_json(folder / SHARD_STATS, {
+            "episodes": len(episodes), "generated_tokens": stats.generated_tokens,
+            "load_s": load_s, "engine_s": stats.generate_seconds,
+            "games_s": seconds - load_s - stats.generate_seconds, "seconds": seconds,
+            "node": node_id(), "pid": os.getpid()})
+
+    folder = write_shard(stage_dir(run_dir, k, STAGE), shard, write)
+    return read_json(folder / SHARD_STATS)
+
+
+def _sharded(cfg, run_dir: str, k: int, n_specs: int) -> tuple[list[Episode], RolloutStats, dict]:
+    """The plan's episodes played in `cluster.shards` rollout_shard tasks (on the Ray cluster
+    where one is configured), merged in plan order; shards a killed attempt finished are kept."""
+    stage = stage_dir(run_dir, k, STAGE)
+    n = len(shard_slices(n_specs, cfg.cluster.shards))
+    plan, plan_file = {"shards": n, "episodes": n_specs}, shards_dir(stage) / "plan.json"
+    if plan_file.is_file() and read_json(plan_file) != plan:  # another split: start over
+        drop_shards(stage)
+    plan_file.parent.mkdir(parents=True, exist_ok=True)
+    write_json(plan_file, plan)
+    start = time.perf_counter()
+    parts = run_shards(rollout_shard, [{"run_dir": run_dir, "k": k, "shard": i, "shards": n}
+                                       for i in range(n)], cfg.cluster)
+    wall = time.perf_counter() - start
+    episodes = [ep for i in range(n) for ep in read_episodes(shard_folder(stage, i))]
+    stats = RolloutStats(generated_tokens=sum(p["generated_tokens"] for p in parts),
+                         generate_seconds=sum(p["engine_s"] for p in parts))
+    metrics = {"rollout/shards": float(n), "rollout/shard_nodes": float(len({p["node"] for p in parts})),
+               "time/rollout_shards_wall": wall,
+               "time/rollout_shard_max": max(p["seconds"] for p in parts)}
+    for key in ("load_s", "engine_s", "games_s"):
+        metrics[f"time/rollout_shard_{key.removesuffix('_s')}"] = sum(p[key] for p in parts)
+    return episodes, stats, metrics
+
+
 @task(name="generate_rollouts", task_run_name="generate_rollouts iter_{k:04d}", cache_policy=NO_CACHE,
       **PUBLISH_RETRY)
 def generate_rollouts(run_dir: str, k: int) -> dict:
@@ -93,14 +161,14 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
     def body(out: Path) -> dict:
         seed = derive_seed(cfg, k, 1)
         specs = plan_iteration(cfg, run_dir, k, seed)
-        engines, engine = _engines(cfg, run_dir, k, specs)
-        stats = RolloutStats()
-        episodes = play_episodes(specs, engines, prompt_builder(cfg, engine.tokenizer),
-                                 sampling(cfg, seed), stats=stats,
-                                 per_game=cfg.rollout.per_game_sampling(seed))
+        metrics, engine = {}, None
+        if cfg.cluster.sharded:
+            episodes, stats, metrics = _sharded(cfg, run_dir, k, len(specs))
+        else:
+            episodes, stats, engine, _ = _play(cfg, run_dir, k, specs, seed)
         write_episodes(out, episodes)
         write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
-        metrics = {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
+        metrics |= {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
         if len(cfg.rollout.games) > 1:  # the generalist: each game's curves too
             for game in cfg.rollout.games:
                 mine = [ep for ep in episodes if ep.game == game]
@@ -108,12 +176,17 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
         metrics |= opponent_metrics(episodes)
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
-        if "reloads" in engine.stats:  # a vLLM server: requests in flight, weight reloads so far
+        if engine is not None and "reloads" in engine.stats:  # vLLM: requests in flight, reloads
             metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
             metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])
             metrics["rollout/weight_reload_s"] = engine.stats["reload_seconds"]
+        if engine is not None and "replicas" in engine.stats:  # a pool of vLLM servers
+            for key in ("replicas", "retried", "left"):
+                metrics[f"rollout/vllm_{key}"] = float(engine.stats[key])
         return metrics
 
-    return run_stage(run_dir, k, STAGE, body, step=k,
-                     artifacts=("episodes_sample.parquet", "transcripts.md"),
-                     artifact_path=f"iter_{k:04d}", datasets=("episodes.parquet", "turns.parquet"))
+    metrics = run_stage(run_dir, k, STAGE, body, step=k,
+                        artifacts=("episodes_sample.parquet", "transcripts.md"),
+                        artifact_path=f"iter_{k:04d}", datasets=("episodes.parquet", "turns.parquet"))
+    drop_shards(stage_dir(run_dir, k, STAGE))  # merged into the stage folder
+    return metrics

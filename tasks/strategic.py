@@ -8,6 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.config import StrategicConfig
+from mars_core.config_cluster import ClusterConfig
 from mars_core.evaluation import run_suite
 from mars_core.games.bots import is_bot
 from mars_core.models import default_cache_dir, resolve_model
@@ -15,6 +16,7 @@ from mars_core.reports import transcript
 from mars_core.rollout import PromptBuilder, RolloutStats
 from tasks.common import PUBLISH_RETRY, bf16_wanted
 from tasks.registry import download_registered
+from tasks.shards import run_shards, shard_slices
 from tasks.tracking import tracking_uri
 
 
@@ -46,7 +48,14 @@ def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
     """Every game x opponent x seat of the suite for the policy, with one model load. Each
     game's games run concurrently (its model turns batched); games run one after another:
     mixing all six in one batch puts 900-token Hanabi prompts beside 100-token board prompts,
-    and on 2 CPU cores the quick suite then took 243 s instead of 140 s."""
+    and on 2 CPU cores the quick suite then took 243 s instead of 140 s.
+
+    With `cfg.cluster` sharded, the games split into `cluster.shards` groups, each an
+    evaluate_suite task run of its own (on the Ray cluster where one is configured); the
+    records come back in suite order, the same as from one process."""
+    games = list(cfg.suite)
+    if cfg.cluster.sharded and len(games) > 1:
+        return _sharded_suite(cfg, policy, model, transcripts_per_game)
     engine = prompts = None
     if model is not None:
         from mars_core.engines.hf import HFEngine
@@ -71,3 +80,20 @@ def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
               f"invalid {r['invalid_rate']:.2f}")
     return {"records": records, "transcripts": "\n\n".join(texts),
             "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s}
+
+
+def _sharded_suite(cfg: StrategicConfig, policy: str, model: str | None,
+                   transcripts_per_game: int) -> dict:
+    games = list(cfg.suite)
+    parts = [cfg.model_copy(update={"suite": {g: cfg.suite[g] for g in games[r.start:r.stop]},
+                                    "cluster": ClusterConfig()})
+             for r in shard_slices(len(games), cfg.cluster.shards)]
+    got = run_shards(evaluate_suite, [{"cfg": c, "policy": policy, "model": model,
+                                       "transcripts_per_game": transcripts_per_game}
+                                      for c in parts], cfg.cluster)
+    tokens = sum(g["generated_tokens"] for g in got)
+    engine_s = sum(g["generated_tokens"] / g["tokens_per_s"] for g in got if g["tokens_per_s"])
+    return {"records": [r for g in got for r in g["records"]],
+            "transcripts": "\n\n".join(g["transcripts"] for g in got if g["transcripts"]),
+            "generated_tokens": tokens, "tokens_per_s": tokens / engine_s if engine_s else 0.0,
+            "shards": len(got)}

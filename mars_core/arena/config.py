@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from mars_core.arena.ratings import Rating, TrueSkillParams
 from mars_core.arena.schedule import check_games, fits, sides
+from mars_core.config_cluster import ClusterConfig
 from mars_core.config import (PlayConfig, config_from_dict, load_config, parse_overrides,
                               _merge)
 from mars_core.config_base import ConfigError, _Section
@@ -60,6 +61,7 @@ class _Arena(_Section):
     play: PlayConfig = PlayConfig(max_new_tokens=64, keep_history=False)
     max_context_tokens: int = Field(2048, ge=64)
     bf16: Literal["auto", "on", "off"] = "auto"
+    cluster: ClusterConfig = ClusterConfig()  # matches split into shards (same results)
 
     @model_validator(mode="after")
     def _games(self):

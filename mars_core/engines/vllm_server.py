@@ -223,6 +223,7 @@ class VLLMEngine:
         self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
                       "seconds": 0.0, "max_in_flight": 0, "reloads": 0,
                       "reload_seconds": 0.0}
+        self.in_flight = 0  # requests sent and not answered
 
     def tokens_per_second(self) -> float:
         return self.stats["generated_tokens"] / max(self.stats["seconds"], 1e-9)
@@ -274,28 +275,35 @@ class VLLMEngine:
         self.stats["seconds"] += time.perf_counter() - started
         return out
 
-    async def _generate_all(self, prompts, params) -> list[Completion]:
-        limit = asyncio.Semaphore(self.max_concurrency)
-        in_flight = 0
+    def client(self) -> httpx.AsyncClient:
+        """An HTTP client for this server's requests (up to `max_concurrency` connections)."""
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
-        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
-                                     headers=self.headers) as client:
+        return httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
+                                 headers=self.headers)
+
+    async def complete(self, client: httpx.AsyncClient, i: int, prompt: list[int],
+                       params: SamplingParams) -> Completion:
+        """Prompt `i` of a call as one request (VLLMError when it fails)."""
+        if len(prompt) >= self.max_positions:
+            return Completion((), (), "", "context_overflow")
+        self.in_flight += 1
+        self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.in_flight)
+        try:
+            body = completion_request(prompt, params, i, self.model_name, self.max_positions)
+            r = await _request(client.post("/v1/completions", json=body))
+        finally:
+            self.in_flight -= 1
+        if isinstance(r, httpx.HTTPError):
+            raise self._error(f"vLLM request to {self.url} failed", r, await self._gone_async(3))
+        return parse_choice(_json(r, "generate"))
+
+    async def _generate_all(self, prompts, params) -> list[Completion]:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        async with self.client() as client:
             async def one(i: int, prompt: list[int]) -> Completion:
-                nonlocal in_flight
-                if len(prompt) >= self.max_positions:
-                    return Completion((), (), "", "context_overflow")
                 async with limit:
-                    in_flight += 1
-                    self.stats["max_in_flight"] = max(self.stats["max_in_flight"], in_flight)
-                    body = completion_request(prompt, params, i, self.model_name,
-                                              self.max_positions)
-                    r = await _request(client.post("/v1/completions", json=body))
-                    in_flight -= 1
-                if isinstance(r, httpx.HTTPError):
-                    raise self._error(f"vLLM request to {self.url} failed", r,
-                                      await self._gone_async(3))
-                return parse_choice(_json(r, "generate"))
+                    return await self.complete(client, i, prompt, params)
 
             work = asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
             if self.server is None:

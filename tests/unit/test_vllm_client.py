@@ -26,6 +26,9 @@ SMOKE = str(REPO / "configs/smoke.yaml")
 @pytest.mark.parametrize("override, words", [
     ("engine.backend=sglang", "engine.backend"),
     ("engine.vllm.url=localhost:8000", "http://"),
+    ("engine.vllm.urls=[http://a:1, b:2]", "urls\\[1\\] must start with http://"),
+    ("engine.vllm.urls=[http://a:1, http://a:1]", "names a server twice"),
+    ("engine.vllm.launch.replicas=0", "replicas"),
     ("engine.vllm.max_concurrency=0", "max_concurrency"),
     ("trainer.deepspeed.offload_params=true", "zero_stage: 3"),
     ("engine.vllm.launch.cpu_kv_cache_bytes=0", "cpu_kv_cache_bytes"),

@@ -4,8 +4,10 @@ model), for rollouts larger than one server.
 - routing: each of a call's prompts goes to the live server with the fewest requests
   outstanding (ours, counted as they are sent and answered; ties: the first listed), so a
   slow server gets fewer and no server idles while another queues;
-- a server that fails a request (gone, refused, cut off) leaves the pool, and its request,
-  with every later one, goes to the others; the call fails only when none is left;
+- a server that leaves a request unanswered (gone, refused, cut off) leaves the pool, and
+  the request, with every later one, goes to the others; the call fails only when none is
+  left. A request the server answers with an error fails the call at once, as with one
+  server (another server would refuse it too);
 - `load_weights` makes every server reload the new checkpoint (all at once) before the next
   rollout; a server that cannot leaves the pool (it would serve old weights);
 - seeds travel with each request (`prompt_seed`), so a reply does not depend on the server
@@ -18,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mars_core.engines.vllm_server import VLLMEngine, VLLMError, _run_async
+from mars_core.engines.vllm_server import VLLMEngine, VLLMError, VLLMUnreachable, _run_async
 from mars_core.types import Completion, SamplingParams
 
 
@@ -111,7 +113,7 @@ class VLLMPool:
                         r = self._pick()
                         try:
                             c = await self.replicas[r].complete(clients[r], i, prompt, params)
-                        except VLLMError as e:
+                        except VLLMUnreachable as e:  # an error answer is raised as is
                             self._leave(r, str(e))
                             self.stats["retried"] += 1
                             continue

@@ -65,6 +65,11 @@ class VLLMError(RuntimeError):
     """A vLLM server could not be started, reached or asked to do something (one line)."""
 
 
+class VLLMUnreachable(VLLMError):
+    """A request got no answer: the server is gone, refused the connection or cut it off
+    (not a request the server answered with an error)."""
+
+
 def cpu_kv_cache_gib(nbytes: int) -> int:
     """VLLM_CPU_KVCACHE_SPACE for a KV cache of `nbytes`: vLLM's CPU build reads it as a whole
     number of GiB (`int(...) * GiB_bytes`, vllm 0.32.0 `platforms/cpu.py`), so rounded up."""
@@ -326,11 +331,11 @@ class VLLMEngine:
     # -- HTTP ----------------------------------------------------------------------------
     @staticmethod
     def _error(message: str, e: Exception | None, gone: str | None) -> VLLMError:
-        """The error for a request that failed with `e`: the server's death when the process
-        we started is gone (`gone`), else `message` and `e`."""
+        """The error for a request that got no answer (`e`): the server's death when the
+        process we started is gone (`gone`), else `message` and `e`."""
         if gone is not None:
-            return VLLMError(gone + "; run the same command again to resume with a new server")
-        return VLLMError(f"{message}: {e!r}")
+            return VLLMUnreachable(gone + "; run the same command again to resume with a new server")
+        return VLLMUnreachable(f"{message}: {e!r}")
 
     def _gone(self, wait_s: float) -> str | None:
         """`VLLMServer.gone` of the server we started, given `wait_s` to end (its keeper reaps

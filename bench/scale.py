@@ -125,11 +125,15 @@ def main() -> None:
         print(f"{r['shards']:>6} {r['games_per_s']:>8.3f} {up:>7.2f}x {up / args.cpus:>6.0%} "
               f"{r['wall_s']:>7.1f} {r['load_s']:>7.1f} {r['engine_s']:>8.1f} {r['games_s']:>7.1f} "
               f"{r['scheduling_s']:>7.1f} {r['transfers_s']:>7.2f}")
-    last = rows[-1]
-    fixed = (last["load_s"] / last["shards"]) + last["scheduling_s"]
-    print(f"\nper-shard fixed cost: {fixed:.1f} s (model load {last['load_s'] / last['shards']:.1f} s, "
-          f"task start {last['scheduling_s']:.1f} s); with 100 nodes a shard must play for "
-          f"well over {fixed:.0f} s to keep that under a tenth of its time")
+    fits = [r for r in rows if r["shards"] <= args.cpus] or rows  # no shared CPUs
+    last = fits[-1]
+    load = last["load_s"] / last["shards"]
+    fixed = load + last["scheduling_s"]
+    print(f"\nper-shard fixed cost ({last['shards']} shard(s), a CPU each): {fixed:.1f} s (model "
+          f"load {load:.1f} s, task start {last['scheduling_s']:.1f} s): a shard that plays for "
+          f"{10 * fixed:.0f} s spends a tenth of its time there, whatever the number of nodes "
+          f"(each shard loads its own engine; the merge reads {rows[-1]['games']} games in "
+          f"{rows[-1]['transfers_s']:.2f} s)")
 
 
 if __name__ == "__main__":

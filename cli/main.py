@@ -101,6 +101,11 @@ def _mas_parser(e) -> None:
                    help="comma-separated systems: single, mad, autogen (default: all)")
     _benchmark_args(m, "mas_results.json", 32, "in-process engine batch (an endpoint gets 8x "
                                                "this many requests at once)")
+    m.add_argument("--shards", type=int, default=1,
+                   help="split the questions into this many shards, each with its own engine "
+                        "(default 1)")
+    m.add_argument("--ray-address", default=None,
+                   help="run the shards on this Ray cluster (auto, host:6379 or ray://host:10001)")
     h = e.add_parser("harness", help="single-agent numbers through lm-evaluation-harness "
                                      "(the eval extra), on the same benchmark files")
     _benchmark_args(h, "harness_results.json", 8, "lm-eval batch (an endpoint: concurrent "
@@ -213,7 +218,7 @@ def _check_mas(args) -> None:
     from mars_core.config import ConfigError
 
     for flag, value in (("--limit", args.limit), ("--max-tokens", args.max_tokens),
-                        ("--batch-size", args.batch_size)):
+                        ("--batch-size", args.batch_size), ("--shards", getattr(args, "shards", 1))):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
     try:
@@ -389,7 +394,8 @@ def _run(args) -> dict:
             benchmarks=args.benchmarks, limit=args.limit, out=args.out, data_dir=args.data_dir,
             gpqa_path=args.gpqa_path, max_tokens=args.max_tokens, seed=args.seed,
             batch_size=args.batch_size, tracking_uri=args.tracking_uri,
-            experiment=args.experiment, runs_dir=args.runs_dir)
+            experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
+            ray_address=args.ray_address)
     from flows.evaluate import strategic_eval_flow
 
     return strategic_eval_flow(

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Generator
 
 from eval.benchmarks import Question, answer_format, task_prompt
 from eval.graders import extracted_answer, is_correct, strip_reasoning
 from eval.verdict import parse_verdict
+from mars_core.engines.base import request_seed
 from mars_core.engines.chat import ChatEngine, ChatParams, Message
 
 MAX_ROUNDS = 3
@@ -188,15 +190,23 @@ def check_systems(names: list[str]) -> None:
         raise ValueError(f"unknown system {unknown[0]!r}; known: {', '.join(SYSTEMS)}")
 
 
+def question_key(q: Question) -> int:
+    """A stable number for a question (its benchmark and id), for its sampling seeds."""
+    return zlib.crc32(f"{q.benchmark}/{q.id}".encode())
+
+
 def run_system(name: str, questions: list[Question], engine: ChatEngine, params: ChatParams,
                max_batch: int = 256, progress: Callable[[str], None] | None = None
                ) -> list[Result]:
     """Answer every question with system `name`, all questions at once: each step sends every
     pending call (at most `max_batch` per engine call) and feeds the replies back. Step `s`
-    samples with seed `params.seed * 1000 + s`. Results come back in question order."""
+    samples question q with seed `request_seed(params.seed * 1000 + s, question_key(q))`, so
+    a question's answer does not depend on the other questions of the run (or of its shard).
+    Results come back in question order."""
     check_systems([name])
     results = [Result(name, q.benchmark, q.id, q.reference, "", "", 0) for q in questions]
     gens = [SYSTEMS[name](q) for q in questions]
+    keys = [question_key(q) for q in questions]
     pending = {i: next(g) for i, g in enumerate(gens)}
     step = 0
     while pending:
@@ -205,7 +215,9 @@ def run_system(name: str, questions: list[Question], engine: ChatEngine, params:
         for start in range(0, len(order), max_batch):
             chunk = order[start:start + max_batch]
             began = time.time()
-            replies = engine.chat([pending[i].messages for i in chunk], step_params)
+            seeds = tuple(request_seed(step_params.seed, keys[i]) for i in chunk)
+            replies = engine.chat([pending[i].messages for i in chunk],
+                                  dataclasses.replace(step_params, seeds=seeds))
             ended = time.time()
             for i, reply in zip(chunk, replies):
                 _record(results[i], pending[i], reply, began, ended)

@@ -15,7 +15,8 @@ from prefect import flow
 from eval.benchmarks import SHIPPED, check_names
 from eval.mas import comparison_table, markdown
 from eval.systems import SYSTEMS, check_systems
-from mars_core.config import load_strategic_config
+from mars_core.config import config_from_dict, load_strategic_config
+from mars_core.config_cluster import ClusterConfig
 from mars_core.evaluation import per_game_normalized, radar_chart
 from mars_core.engines.chat import is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
@@ -73,13 +74,14 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
                   data_dir: str | None = None, gpqa_path: str | None = None,
                   max_tokens: int = 8192, seed: int = 0, batch_size: int = 32, bf16: str = "auto",
                   tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
-                  runs_dir: str = "runs") -> dict:
+                  runs_dir: str = "runs", shards: int = 1, ray_address: str | None = None) -> dict:
     """Reasoning benchmarks inside multi-agent systems (the MARS paper's Table 1), top to
     bottom:
 
         resolve the model (and the baseline): embedded, a folder, models:/NAME@ALIAS or an
             OpenAI-compatible endpoint URL (a vLLM server)
         answer every benchmark with every system (single, mad, autogen), questions batched
+            (in `shards` question ranges, on the Ray cluster at `ray_address` if given)
         write `out` (accuracy with 95% CI, calls, tokens per system x benchmark, the table)
             and transcripts beside it (`<out>_transcripts/<model>/<system>/<benchmark>.jsonl`)
         log them to MLflow (a run, a nested run per model) when a tracking URI is set
@@ -88,6 +90,7 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
     benchmarks = benchmarks or list(SHIPPED)
     check_systems(systems)
     check_names(benchmarks, gpqa_path)
+    cluster = config_from_dict({"shards": shards, "ray": {"address": ray_address}}, ClusterConfig)
     out_path = Path(out)
     records = out_path.with_name(out_path.stem + "_transcripts")
     specs = {"model": model, **({"baseline": baseline} if baseline else {})}
@@ -97,7 +100,7 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         reports.append(evaluate_mas(label, local, systems, benchmarks, str(records),
                                     limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
                                     max_tokens=max_tokens, seed=seed, batch_size=batch_size,
-                                    bf16=bf16))
+                                    bf16=bf16, cluster=cluster))
         reports[-1]["model"] = spec
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "baseline" if baseline else None)

@@ -13,8 +13,10 @@ from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load, source_of
 from eval.mas import read_records, run_suite, summarize, wilson, write_records
+from mars_core.config_cluster import ClusterConfig
 from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
 from tasks.common import bf16_wanted
+from tasks.shards import run_shards, shard_slices
 from mars_core.redact import redact_text
 from tasks.tracking import _experiment_id, _metric_key, as_params
 from tasks.traces import log_conversation_traces
@@ -32,20 +34,45 @@ def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
                                            autocast_bf16=bf16_wanted(bf16)))
 
 
+@task(name="mas_shard", task_run_name="mas_shard {model}: questions {start}-{stop}",
+      cache_policy=NO_CACHE)
+def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int | None,
+              data_dir: str | None, gpqa_path: str | None, max_tokens: int, seed: int,
+              batch_size: int, bf16: str, start: int, stop: int) -> tuple[str, list]:
+    """Questions `start`..`stop` of the suite (loaded here, on whichever machine runs it)
+    under every system, with an engine of its own: (the engine's name, the results)."""
+    questions = [q for name in benchmarks for q in load(name, data_dir, limit, gpqa_path)]
+    engine = chat_engine(model, batch_size, bf16)
+    return engine.name, run_suite(engine, systems, questions[start:stop],
+                                  ChatParams(max_tokens=max_tokens, seed=seed),
+                                  max_batch=max(batch_size * 8, 1), progress=print)
+
+
 @task(name="mas_evaluate", cache_policy=NO_CACHE)
 def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[str],
                  out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
                  gpqa_path: str | None = None, max_tokens: int = 8192, seed: int = 0,
-                 batch_size: int = 32, bf16: str = "auto") -> dict:
+                 batch_size: int = 32, bf16: str = "auto",
+                 cluster: ClusterConfig | None = None) -> dict:
     """Every system on every benchmark with one model (loaded once); per-question records and
     transcripts go to `<out_dir>/<label>/<system>/<benchmark>.jsonl`. Returns the summary
-    rows, the records folder, the gated benchmarks and the cost."""
+    rows, the records folder, the gated benchmarks and the cost. With `cluster` sharded the
+    questions split into `cluster.shards` ranges, each a mas_shard task run with its own
+    engine (on the Ray cluster where one is configured); the results are the same."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
-    engine = chat_engine(model, batch_size, bf16)
+    cluster = cluster or ClusterConfig()
     started = time.perf_counter()
-    results = run_suite(engine, systems, questions, ChatParams(max_tokens=max_tokens, seed=seed),
-                        max_batch=max(batch_size * 8, 1), progress=print)
+    shard = {"model": model, "systems": systems, "benchmarks": benchmarks, "limit": limit,
+             "data_dir": data_dir, "gpqa_path": gpqa_path, "max_tokens": max_tokens,
+             "seed": seed, "batch_size": batch_size, "bf16": bf16}
+    if cluster.sharded and len(questions) > 1:
+        parts = run_shards(mas_shard, [shard | {"start": r.start, "stop": r.stop} for r in
+                                       shard_slices(len(questions), cluster.shards)], cluster)
+        results = [r for name in systems for part in parts for r in part[1] if r.system == name]
+        engine_name = parts[0][0]
+    else:
+        engine_name, results = mas_shard.fn(**shard, start=0, stop=len(questions))
     seconds = time.perf_counter() - started
     gated = {q.benchmark for q in questions if q.gated}
     folder = Path(out_dir) / label
@@ -56,7 +83,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
               f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={r['n']}, {r['calls']} calls, "
               f"{r['prompt_tokens'] + r['completion_tokens']} tokens, {r['errors']} errors")
     return {"label": label, "model": model, "rows": rows, "records": str(folder),
-            "gated": sorted(gated), "seconds": seconds, "engine": engine.name,
+            "gated": sorted(gated), "seconds": seconds, "engine": engine_name,
             "sources": {b: source_of(b, data_dir, gpqa_path) for b in benchmarks}}
 
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import httpx
 
-from mars_core.engines.base import request_seed
+from mars_core.engines.base import prompt_seed
 from mars_core.types import SamplingParams
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
@@ -34,6 +34,9 @@ class ChatParams:
     top_k: int = 20
     max_tokens: int = 8192
     seed: int = 0
+    # one seed per conversation of a call (the systems' per-question seeds: a question's
+    # replies do not depend on which questions share the call, or the shard)
+    seeds: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class HFChatEngine:
         prompts = [self._encode(conv) for conv in conversations]
         sampling = SamplingParams(temperature=params.temperature, top_p=params.top_p,
                                   top_k=params.top_k, max_new_tokens=params.max_tokens,
-                                  seed=params.seed)
+                                  seed=params.seed, seeds=params.seeds)
         try:
             done = self.engine.generate(prompts, sampling)
         except Exception as e:  # noqa: BLE001 - an engine failure fails these replies only
@@ -105,7 +108,7 @@ class HFChatEngine:
 class OpenAIChatEngine:
     """Chat over an OpenAI-compatible server (`url` without `/v1`), one request per
     conversation, at most `max_concurrency` in flight. `model` defaults to the server's first
-    model. Each request's seed is `request_seed(params.seed, index)`.
+    model. Each request's seed is `prompt_seed(params, index)`.
 
     `max_model_len` is the context the server lists for the model (vLLM's model card; None
     when unknown): requests ask for at most that many tokens, because vLLM refuses every
@@ -146,7 +149,7 @@ class OpenAIChatEngine:
         return {"model": self.model, "messages": conversation,
                 "temperature": params.temperature, "top_p": params.top_p,
                 "top_k": params.top_k, "max_tokens": max_tokens,
-                "seed": request_seed(params.seed, index) % (1 << 31)}
+                "seed": prompt_seed(params, index) % (1 << 31)}
 
     def chat(self, conversations: list[list[Message]], params: ChatParams) -> list[ChatReply]:
         _check(conversations)

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mars_core.engines.vllm_server import VLLMEngine, VLLMError, VLLMUnreachable, _run_async
+from mars_core.engines.vllm_server import VLLMEngine, VLLMError, VLLMUnreachable, generate_counted
 from mars_core.types import Completion, SamplingParams
 
 
@@ -32,7 +32,8 @@ class VLLMPool:
         self.live = list(range(len(replicas)))
         self.tokenizer = replicas[0].tokenizer
         self.max_positions = min(r.max_positions for r in replicas)
-        self.stats = {"calls": 0, "prompts": 0, "generated_tokens": 0, "seconds": 0.0,
+        self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
+                      "seconds": 0.0,
                       "max_in_flight": 0, "reloads": 0, "reload_seconds": 0.0,
                       "replicas": len(replicas), "retried": 0, "left": 0,
                       "per_replica": [0] * len(replicas)}
@@ -83,16 +84,9 @@ class VLLMPool:
 
     # -- sampling ------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        started = time.perf_counter()
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty")
-        out = _run_async(self._generate_all(prompts, params))
-        self.stats["calls"] += 1
-        self.stats["prompts"] += len(prompts)
-        self.stats["generated_tokens"] += sum(len(c.token_ids) for c in out)
-        self.stats["seconds"] += time.perf_counter() - started
-        return out
+        """One completion per prompt, in input order, each request on the live server with
+        the fewest outstanding."""
+        return generate_counted(self, prompts, params)
 
     def _pick(self) -> int:
         """The live server with the fewest requests outstanding (ties: the first listed)."""

@@ -267,18 +267,7 @@ class VLLMEngine:
         """One completion per prompt, in input order; each prompt is its own concurrent
         request. Prompts that leave no room for a new token get an empty completion with
         finish_reason "context_overflow" (no request)."""
-        started = time.perf_counter()
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty")
-        out = _run_async(self._generate_all(prompts, params))
-        self.stats["calls"] += 1
-        self.stats["prompts"] += len(prompts)
-        self.stats["prompt_tokens"] += sum(len(p) for p, c in zip(prompts, out)
-                                           if c.finish_reason != "context_overflow")
-        self.stats["generated_tokens"] += sum(len(c.token_ids) for c in out)
-        self.stats["seconds"] += time.perf_counter() - started
-        return out
+        return generate_counted(self, prompts, params)
 
     def client(self) -> httpx.AsyncClient:
         """An HTTP client for this server's requests (up to `max_concurrency` connections)."""
@@ -367,6 +356,23 @@ class VLLMEngine:
             raise VLLMError(f"the vLLM server at {self.url} has no {route}: start it with "
                             "VLLM_SERVER_DEV_MODE=1 so the pipeline can update its weights")
         _json(r, what)
+
+
+def generate_counted(engine, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    """`engine._generate_all` (one server, or a pool of them) on `prompts`, counted in its
+    `stats`: calls, prompts, prompt and generated tokens, seconds."""
+    started = time.perf_counter()
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty")
+    out = _run_async(engine._generate_all(prompts, params))
+    engine.stats["calls"] += 1
+    engine.stats["prompts"] += len(prompts)
+    engine.stats["prompt_tokens"] += sum(len(p) for p, c in zip(prompts, out)
+                                         if c.finish_reason != "context_overflow")
+    engine.stats["generated_tokens"] += sum(len(c.token_ids) for c in out)
+    engine.stats["seconds"] += time.perf_counter() - started
+    return out
 
 
 def completion_request(prompt: list[int], params: SamplingParams, index: int, model: str,

@@ -115,3 +115,28 @@ def test_sharded_strategic_evaluation_equals_one_process(tmp_path, tiny_model_di
                    "--set", f"cluster.ray.address={ray_cluster}")
     assert [r["game"] for r in one] == ["tic_tac_toe"] * 2 + ["kuhn_poker"] * 2
     assert one == two
+
+
+def test_sharded_reasoning_benchmarks_equal_one_process(tmp_path, tiny_model_dir, prefect_api,
+                                                        ray_cluster):
+    def evaluate(name: str, *extra: str) -> tuple[dict, dict]:
+        out = tmp_path / f"{name}.json"
+        args = [sys.executable, "-m", "cli.main", "eval", "mas", "--model", str(tiny_model_dir),
+                "--systems", "single,mad", "--benchmarks", "gsm8k,aqua", "--limit", "2",
+                "--max-tokens", "12", "--out", str(out), "--runs-dir", str(tmp_path / "runs"),
+                *extra]
+        done = train(args, run_env(prefect_api))
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = json.loads(out.read_text())["models"]["model"]["rows"]
+        replies = {}
+        for f in sorted((tmp_path / f"{name}_transcripts/model").rglob("*.jsonl")):
+            for line in f.read_text().splitlines():
+                r = json.loads(line)
+                replies[(r["system"], r["benchmark"], r["id"])] = (
+                    r["prediction"], [t["reply"] for t in r["transcript"]])
+        return rows, replies
+
+    one_rows, one = evaluate("one")
+    two_rows, two = evaluate("two", "--shards", "3", "--ray-address", ray_cluster)
+    assert len(one) == 8 and one == two  # 2 systems x 2 benchmarks x 2 questions
+    assert one_rows == two_rows

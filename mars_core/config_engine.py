@@ -42,6 +42,10 @@ class VLLMLaunch(_Section):
     # servers to start (data parallel: each on its own port, one pool routes between them);
     # they share `env`: to give each its own GPU, start them yourself and list engine.vllm.urls
     replicas: int = Field(1, ge=1, le=64)
+    # with cluster.ray.address: each replica is a Ray actor asking for these (Ray puts it on a
+    # node that has them; it listens on that node's address, behind its key)
+    ray_gpus: float = Field(1.0, ge=0)
+    ray_cpus: float = Field(1.0, ge=0)
     extra_args: list[str] = Field(default_factory=list)  # e.g. ["--tensor-parallel-size", "2"]
     env: dict[str, str] = Field(default_factory=dict)  # e.g. {"CUDA_VISIBLE_DEVICES": "1"}
 

@@ -169,12 +169,16 @@ def run_suite(suite: dict[str, list[str] | tuple[str, ...]], policy_label: str, 
     specs, cells = suite_specs(suite, agent, n, seed)
     episodes = play_episodes(specs, engine, prompts, sampling, progress=progress, stats=stats,
                              per_game=per_game)
+    return suite_records(cells, episodes, policy_label), episodes
+
+
+def suite_records(cells: list, episodes: list[Episode], policy_label: str) -> list[dict]:
+    """The records of a suite's episodes (in `suite_specs` order, with its `cells`)."""
     grouped: dict[_Cell, list[Episode]] = defaultdict(list)
     for cell, ep in zip(cells, episodes):
         grouped[cell].append(ep)
-    records = [seat_record(c.game, policy_label, c.opponent, seat, eps)
-               for c, eps in grouped.items() for seat in c.seats]
-    return records, episodes
+    return [seat_record(c.game, policy_label, c.opponent, seat, eps)
+            for c, eps in grouped.items() for seat in c.seats]
 
 
 def per_game_normalized(records: list[dict]) -> dict[str, float]:

@@ -226,7 +226,9 @@ def _vllm_client(v, url: str, tokenizer, api_key: str | None, served=None, serve
 
 def _launch_vllm(cfg: Config, path: str, log_dir: Path | None, tokenizer, n: int) -> list:
     """`n` vLLM servers on the weights at `path`, started together, each with its own port,
-    API key, log and pid file; all stopped again if one fails to start."""
+    API key, log and pid file; all stopped again if one fails to start. With
+    `cluster.ray.address` they are Ray actors, each on a node with its resources
+    (`tasks/vllm_ray.py`); else processes on this machine."""
     import secrets
     from concurrent.futures import ThreadPoolExecutor
 
@@ -235,6 +237,18 @@ def _launch_vllm(cfg: Config, path: str, log_dir: Path | None, tokenizer, n: int
 
     v, lv = cfg.engine.vllm, cfg.engine.vllm.launch
     servers, keys = [], [secrets.token_urlsafe(32) for _ in range(n)]
+    if cfg.cluster.ray.address is not None:  # placed by Ray, each on a node with its resources
+        from tasks.vllm_ray import launch_on_ray
+
+        print(f"starting {n} vLLM server(s) as Ray actors", flush=True)
+        placed = launch_on_ray(cfg, path, log_dir, keys)
+        try:
+            return [_vllm_client(v, url, tokenizer, key, served=path, server=handle)
+                    for (url, handle), key in zip(placed, keys)]
+        except BaseException:
+            for _, handle in placed:
+                handle.stop()
+            raise
     for i in range(n):
         name = "vllm_server" if n == 1 else f"vllm_server_{i}"
         cmd = launch_command(str(Path(lv.python).absolute()), str(Path(path).resolve()),

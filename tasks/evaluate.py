@@ -3,17 +3,21 @@ code as `mars eval strategic`), logged to a nested MLflow run. Every evaluation 
 the same deals (one game seed for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.evaluation import run_suite, strength_markdown, strength_rows
+from mars_core.evaluation import (check_suite, strength_markdown, strength_rows, suite_records,
+                                  suite_specs)
 from mars_core.reports import transcript
+from mars_core.rollout import RolloutStats, play_episodes
 from mars_core.stages import is_done, read_json, write_json
 from tasks.common import PUBLISH_RETRY, derive_seed, make_engine, prompt_builder, run_stage, sampling
 from tasks.paths import read_config, stage_dir
-from tasks.rollout import read_episodes, write_episodes
+from tasks.rollout import play_shard, read_episodes, sharded_episodes, write_episodes
+from tasks.shards import drop_shards, shard_slices
 from tasks.tracking import log_metrics_once, nested_run, set_terminated
 
 STAGE = "evaluate"
@@ -32,31 +36,68 @@ def eval_prefix(cfg, game: str, opponent: str) -> str:
 def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     """Evaluate `policy` (stage folder `<k>/evaluate`) and log `eval/...` at `step`."""
     cfg = read_config(Path(run_dir))
-    e = cfg.evaluation
 
     def body(out: Path) -> dict:
-        engine = make_engine(cfg, policy, log_dir=Path(run_dir))
-        suite = {game: e.opponents_for(game) for game in cfg.rollout.games}
-        records, episodes = run_suite(
-            suite, policy, engine, prompt_builder(cfg, engine.tokenizer),
-            sampling(cfg, derive_seed(cfg, step, 5), e.temperature), e.games_per_seat,
-            derive_seed(cfg, 7),
-            per_game=cfg.rollout.per_game_sampling(derive_seed(cfg, step, 5), e.temperature))
+        specs, cells = _plan(cfg)
+        metrics = {}
+        if cfg.cluster.sharded:
+            episodes, _, metrics = sharded_episodes(
+                stage_dir(run_dir, k, STAGE), len(specs), cfg.cluster, evaluate_shard,
+                {"run_dir": run_dir, "k": k, "policy": policy, "step": step}, "evaluate")
+        else:
+            episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs)
+        records = suite_records(cells, episodes, policy)
         for game in cfg.rollout.games:
             mine = [ep for ep in episodes if ep.game == game]
             (out / f"transcripts_{game}.md").write_text(
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / "results.json", records)
-        return {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}": r[key]
-                for r in records for key in _KEYS}
+        return metrics | {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}":
+                          r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
     files = ("results.json", *(f"transcripts_{game}.md" for game in cfg.rollout.games))
     metrics = run_stage(run_dir, k, STAGE, body, step=step, artifacts=files, run_id=child)
+    drop_shards(stage_dir(run_dir, k, STAGE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too
     set_terminated(Path(run_dir), child)  # the nested run is complete (idempotent)
     return metrics
+
+
+def _plan(cfg):
+    """The evaluation's episodes (the same deals at every step) and their suite cells."""
+    suite = {game: cfg.evaluation.opponents_for(game) for game in cfg.rollout.games}
+    check_suite(suite, "policy")
+    return suite_specs(suite, "policy", cfg.evaluation.games_per_seat, derive_seed(cfg, 7))
+
+
+def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list):
+    """`specs` played by `policy`: (episodes, stats, seconds spent loading the engine)."""
+    e, seed = cfg.evaluation, derive_seed(cfg, step, 5)
+    start = time.perf_counter()
+    engine = make_engine(cfg, policy, log_dir=Path(run_dir))
+    load_s, stats = time.perf_counter() - start, RolloutStats()
+    episodes = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer),
+                             sampling(cfg, seed, e.temperature), stats=stats,
+                             per_game=cfg.rollout.per_game_sampling(seed, e.temperature))
+    return episodes, stats, load_s
+
+
+@task(name="evaluate_shard", task_run_name="evaluate_shard step {step} {shard}/{shards}",
+      cache_policy=NO_CACHE)
+def evaluate_shard(run_dir: str, k: int | str, policy: str, step: int, shard: int,
+                   shards: int) -> dict:
+    """Slice `shard` of `shards` of the evaluation's deals, played by `policy` with its own
+    engine into `<k>/evaluate.shards/shard_XXXX/`."""
+    cfg = read_config(Path(run_dir))
+
+    def play():
+        specs, _ = _plan(cfg)
+        mine = [specs[i] for i in shard_slices(len(specs), shards)[shard]]
+        return _play_evaluation(cfg, run_dir, policy, step, mine)
+
+    return play_shard(stage_dir(run_dir, k, STAGE), shard, play)
 
 
 def evaluation_records(run_dir: str, k: int | str) -> list[dict]:

@@ -106,16 +106,27 @@ def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progre
       cache_policy=NO_CACHE)
 def rollout_shard(run_dir: str, k: int, shard: int, shards: int) -> dict:
     """Slice `shard` of `shards` of iteration k's episode plan, played with its own engine
-    (on whichever machine runs it) into `generate_rollouts.shards/shard_XXXX/`. Returns how
-    its time went: load (engines), engine (generation), games (the rest), and its node."""
+    (on whichever machine runs it) into `generate_rollouts.shards/shard_XXXX/`."""
     cfg = read_config(Path(run_dir))
 
-    def write(folder: Path) -> None:
-        start = time.perf_counter()
+    def play():
         seed = derive_seed(cfg, k, 1)
         specs = plan_iteration(cfg, run_dir, k, seed)
         mine = [specs[i] for i in shard_slices(len(specs), shards)[shard]]
         episodes, stats, _, load_s = _play(cfg, run_dir, k, mine, seed, progress=False)
+        return episodes, stats, load_s
+
+    return play_shard(stage_dir(run_dir, k, STAGE), shard, play)
+
+
+def play_shard(stage: Path, shard: int, play) -> dict:
+    """Shard `shard` of a stage that plays games: `play()` -> (episodes, stats, load seconds)
+    written to the shard's own folder (whole or not at all); returns how its time went: load
+    (engines), engine (generation), games (the rest), and its node. A shard already there
+    (from a killed attempt) is not played again."""
+    def write(folder: Path) -> None:
+        start = time.perf_counter()
+        episodes, stats, load_s = play()
         write_episodes(folder, episodes)
         seconds = time.perf_counter() - start
         write_json(folder / SHARD_STATS, {
@@ -124,33 +135,40 @@ def rollout_shard(run_dir: str, k: int, shard: int, shards: int) -> dict:
             "games_s": seconds - load_s - stats.generate_seconds, "seconds": seconds,
             "node": node_id(), "pid": os.getpid()})
 
-    folder = write_shard(stage_dir(run_dir, k, STAGE), shard, write)
-    return read_json(folder / SHARD_STATS)
+    return read_json(write_shard(stage, shard, write) / SHARD_STATS)
 
 
-def _sharded(cfg, run_dir: str, k: int, n_specs: int) -> tuple[list[Episode], RolloutStats, dict]:
-    """The plan's episodes played in `cluster.shards` rollout_shard tasks (on the Ray cluster
-    where one is configured), merged in plan order; shards a killed attempt finished are kept."""
-    stage = stage_dir(run_dir, k, STAGE)
-    n = len(shard_slices(n_specs, cfg.cluster.shards))
+def sharded_episodes(stage: Path, n_specs: int, cluster, shard_task, params: dict,
+                     prefix: str) -> tuple[list[Episode], RolloutStats, dict]:
+    """A plan of `n_specs` episodes played in `cluster.shards` runs of `shard_task(**params,
+    shard=i, shards=n)` (on the Ray cluster where one is configured), merged in plan order;
+    shards a killed attempt finished are kept. Metrics `<prefix>/shards`, `.../shard_nodes`
+    and `time/<prefix>_shard_*`."""
+    n = len(shard_slices(n_specs, cluster.shards))
     plan, plan_file = {"shards": n, "episodes": n_specs}, shards_dir(stage) / "plan.json"
     if plan_file.is_file() and read_json(plan_file) != plan:  # another split: start over
         drop_shards(stage)
     plan_file.parent.mkdir(parents=True, exist_ok=True)
     write_json(plan_file, plan)
     start = time.perf_counter()
-    parts = run_shards(rollout_shard, [{"run_dir": run_dir, "k": k, "shard": i, "shards": n}
-                                       for i in range(n)], cfg.cluster)
+    parts = run_shards(shard_task, [params | {"shard": i, "shards": n} for i in range(n)], cluster)
     wall = time.perf_counter() - start
     episodes = [ep for i in range(n) for ep in read_episodes(shard_folder(stage, i))]
     stats = RolloutStats(generated_tokens=sum(p["generated_tokens"] for p in parts),
                          generate_seconds=sum(p["engine_s"] for p in parts))
-    metrics = {"rollout/shards": float(n), "rollout/shard_nodes": float(len({p["node"] for p in parts})),
-               "time/rollout_shards_wall": wall,
-               "time/rollout_shard_max": max(p["seconds"] for p in parts)}
+    metrics = {f"{prefix}/shards": float(n),
+               f"{prefix}/shard_nodes": float(len({p["node"] for p in parts})),
+               f"time/{prefix}_shards_wall": wall,
+               f"time/{prefix}_shard_max": max(p["seconds"] for p in parts)}
     for key in ("load_s", "engine_s", "games_s"):
-        metrics[f"time/rollout_shard_{key.removesuffix('_s')}"] = sum(p[key] for p in parts)
+        metrics[f"time/{prefix}_shard_{key.removesuffix('_s')}"] = sum(p[key] for p in parts)
     return episodes, stats, metrics
+
+
+def _sharded(cfg, run_dir: str, k: int, n_specs: int) -> tuple[list[Episode], RolloutStats, dict]:
+    """Iteration k's plan played in rollout_shard tasks, merged in plan order."""
+    return sharded_episodes(stage_dir(run_dir, k, STAGE), n_specs, cfg.cluster, rollout_shard,
+                            {"run_dir": run_dir, "k": k}, "rollout")
 
 
 @task(name="generate_rollouts", task_run_name="generate_rollouts iter_{k:04d}", cache_policy=NO_CACHE,

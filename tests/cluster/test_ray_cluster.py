@@ -1,72 +1,35 @@
 """A Ray cluster of two nodes on this machine (`ray start --head` plus `ray start --address`,
-each node with one CPU), started and stopped here: the smoke preset's rollouts and a quick
-strategic evaluation, sharded over it as Prefect tasks, equal the single-process results."""
+each node with one CPU), started and stopped here: the smoke preset's rollouts, a quick
+strategic evaluation and a reasoning-benchmark evaluation, sharded over it as Prefect tasks,
+equal the single-process results."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from mars_core.procgroup import free_port, start_group, stop_group
 from tests.conftest import REPO
 from tests.faults.conftest import run_env, train
+from tests.raycluster import two_node_cluster
 
 pytestmark = pytest.mark.timeout(1500)
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _nodes(address: str) -> int:
-    done = subprocess.run([sys.executable, "-c", (
-        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-        "print(sum(n['Alive'] for n in ray.nodes()))"), address],
-        capture_output=True, text=True, timeout=120)
-    return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """Two Ray nodes (the head and a worker, one CPU each); yields the head's address."""
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)}
-    common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
-    log = open(Path(temp) / "nodes.log", "w")
-    head = start_group([RAY, "start", "--head", f"--port={port}", f"--temp-dir={temp}",
-                        "--include-dashboard=false", "--node-ip-address=127.0.0.1", *common],
-                       Path(temp) / "head.pid", env=env, stdout=log)
-    groups = [(head, Path(temp) / "head.pid")]
-    try:
-        end = time.time() + 180
-        while _nodes(address) < 1:
-            assert head.poll() is None and time.time() < end, (Path(temp) / "nodes.log").read_text()
-            time.sleep(1)
-        worker = start_group([RAY, "start", f"--address={address}",
-                              "--node-ip-address=127.0.0.1", *common],
-                             Path(temp) / "worker.pid", env=env, stdout=log)
-        groups.append((worker, Path(temp) / "worker.pid"))
-        while _nodes(address) < 2:
-            assert worker.poll() is None and time.time() < end, (Path(temp) / "nodes.log").read_text()
-            time.sleep(1)
+    with two_node_cluster() as address:
         yield address
-    finally:
-        for proc, pid_file in reversed(groups):
-            stop_group(proc, pid_file, grace_s=20)
-        log.close()
 
 
 def _train(runs: Path, name: str, model: Path, prefect_api: str, *extra: str):
     args = [sys.executable, "-m", "cli.main", "train", "--config", str(REPO / "configs/smoke.yaml"),
             "--runs-dir", str(runs), "--run-name", name, "--set", f"model.path={model}",
             "--set", "warmup.steps=2", "--set", "warmup.probe_games=1",
-            "--set", "run.iterations=1", "--set", "evaluation.every=0",
+            "--set", "run.iterations=1", "--set", "evaluation.every=1",
+            "--set", "evaluation.at_start=false",
             "--set", "rollout.episodes_per_iteration=4", *extra]
     done = train(args, run_env(prefect_api))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -90,6 +53,13 @@ def test_sharded_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_di
     metrics = json.loads((two / "iter_0000/generate_rollouts/metrics.json").read_text())
     assert metrics["rollout/shards"] == 2 and metrics["rollout/shard_nodes"] == 2
     assert not (two / "iter_0000/generate_rollouts.shards").exists()  # merged, then dropped
+    # the evaluation after the step, sharded the same way: the same games, the same records
+    results = [json.loads((r / "iter_0000/evaluate/results.json").read_text()) for r in (one, two)]
+    assert results[0] == results[1] and results[0]
+    a, b = (pl.read_parquet(r / "iter_0000/evaluate/episodes.parquet") for r in (one, two))
+    assert a.equals(b)
+    metrics = json.loads((two / "iter_0000/evaluate/metrics.json").read_text())
+    assert metrics["evaluate/shards"] == 2 and metrics["evaluate/shard_nodes"] == 2
     for f in (one / "iter_0000/save_checkpoint").glob("*.safetensors"):  # the same update
         assert f.read_bytes() == (two / "iter_0000/save_checkpoint" / f.name).read_bytes()
     from prefect import get_client
@@ -97,6 +67,9 @@ def test_sharded_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_di
     with get_client(sync_client=True) as client:
         names = {r.name for r in client.read_task_runs() if r.name.startswith("rollout_shard")}
     assert {"rollout_shard iter_0000 0/2", "rollout_shard iter_0000 1/2"} <= names
+    with get_client(sync_client=True) as client:
+        names = {r.name for r in client.read_task_runs() if r.name.startswith("evaluate_shard")}
+    assert {"evaluate_shard step 1 0/2", "evaluate_shard step 1 1/2"} <= names
 
 
 def test_sharded_strategic_evaluation_equals_one_process(tmp_path, tiny_model_dir, prefect_api,

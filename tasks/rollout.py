@@ -20,7 +20,8 @@ from tasks.common import (PUBLISH_RETRY, derive_seed, frozen_snapshots, make_eng
                           prompt_builder, run_stage, sampling)
 from mars_core.stages import read_json, write_json
 from tasks.paths import read_config, stage_dir
-from tasks.shards import drop_shards, node_id, run_shards, shard_folder, shard_slices, shards_dir, write_shard
+from tasks.shards import (drop_shards, node_id, run_shards, shard_folder, shard_slices,
+                          shards_dir, write_shard)
 
 STAGE = "generate_rollouts"
 SHARD_STATS = "shard.json"

@@ -170,8 +170,17 @@ def _check_preset(preset: str, overlays, overrides, runs_dir: Path, name: str) -
     cfg = load_config(preset, overrides, overlays=overlays)
     if cfg.model.path != "embedded":
         resolve_model(cfg.model.path)
+    _check_cluster(cfg.cluster.ray.address)
     lock_run_dir(runs_dir / name)  # held by this process until it exits (the flow re-enters it)
     prepare_run_dir(runs_dir / name, cfg)  # refuses a run made with another config
+
+
+def _check_cluster(address: str | None) -> None:
+    """A Ray address that does not answer is one line now, before anything is written."""
+    if address is not None:
+        from tasks.shards import reachable
+
+        reachable(address)
 
 
 def _check_compare(args) -> None:
@@ -235,6 +244,7 @@ def _check_mas(args) -> None:
         _check_model_spec(args.baseline, "--baseline")
     if not Path(args.out).parent.is_dir():
         raise ConfigError(f"--out folder does not exist: {Path(args.out).parent}")
+    _check_cluster(getattr(args, "ray_address", None))
 
 
 def _check_eval(args) -> None:
@@ -257,6 +267,7 @@ def _check_eval(args) -> None:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise ConfigError(f"--out folder does not exist: {out.parent}")
+    _check_cluster(cfg.cluster.ray.address)
 
 
 def _prefect_api_url() -> str | None:
@@ -313,13 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     from mars_core.stages import StageError
     from tasks.paths import RunDirError
     from tasks.registry import RegistryError
+    from tasks.shards import ClusterError
     from tasks.tracking import TrackingError
 
     from mars_core.engines.vllm_server import VLLMError
     from eval.benchmarks import BenchmarkError
 
     errors = (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError,
-              BenchmarkError,
+              BenchmarkError, ClusterError,
               VLLMError, services.ServiceError)
     try:
         if args.command not in ("replay", "services"):

@@ -67,19 +67,50 @@ def worker_env(cluster: ClusterConfig) -> dict[str, str]:
     return env | dict(cluster.ray.env)
 
 
+def connect(cluster: ClusterConfig) -> None:
+    """Connect this process to the Ray cluster once, for its whole life: prefect-ray's runner
+    then uses the connection instead of opening (and closing) one per stage, and Ray reuses
+    its idle workers, already past their imports, for the next stage's shards."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    reachable(cluster.ray.address)
+    try:
+        ray.init(address=cluster.ray.address, runtime_env={"env_vars": worker_env(cluster)},
+                 logging_level="ERROR")
+    except ConnectionError as e:
+        raise ClusterError(f"cannot reach the Ray cluster at {cluster.ray.address!r} "
+                           f"(cluster.ray.address): {str(e).splitlines()[0]}") from None
+
+
+def reachable(address: str, timeout_s: float = 5) -> None:
+    """A `host:port` or `ray://host:port` address answers on TCP, else one ClusterError line
+    at once (Ray itself retries for minutes)."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        why = "not host:port" if isinstance(e, ValueError) else (e.strerror or type(e).__name__)
+        raise ClusterError(f"cannot reach the Ray cluster at {address!r} (cluster.ray.address): "
+                           f"{why}") from None
+
+
 def task_runner(cluster: ClusterConfig):
-    """prefect-ray's `RayTaskRunner` on `cluster.ray.address`, else one thread here."""
+    """prefect-ray's `RayTaskRunner` on `cluster.ray.address` (over this process's
+    connection), else one thread here."""
     if cluster.ray.address is None:
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=1)
     from prefect_ray import RayTaskRunner
 
-    address = cluster.ray.address
-    init = {"runtime_env": {"env_vars": worker_env(cluster)}, "log_to_driver": True}
-    if address == "auto":  # prefect-ray would start a new local Ray for "auto": connect instead
-        return RayTaskRunner(init_kwargs=init | {"address": "auto"})
-    return RayTaskRunner(address=address, init_kwargs=init)
+    connect(cluster)
+    return RayTaskRunner(address=cluster.ray.address)
 
 
 def run_shards(task, parameters: list[dict], cluster: ClusterConfig) -> list:
@@ -92,16 +123,12 @@ def run_shards(task, parameters: list[dict], cluster: ClusterConfig) -> list:
                                    num_gpus=cluster.ray.gpus_per_shard)
     else:
         resources = nullcontext()
-    try:
-        runner = task_runner(cluster)
-        with runner, resources:
-            futures = [runner.submit(task, p) for p in parameters]
-            for f in futures:
-                f.wait()
-            return [f.result() for f in futures]
-    except ConnectionError as e:
-        raise ClusterError(f"cannot reach the Ray cluster at {cluster.ray.address!r} "
-                           f"(cluster.ray.address): {str(e).splitlines()[0]}") from None
+    runner = task_runner(cluster)
+    with runner, resources:
+        futures = [runner.submit(task, p) for p in parameters]
+        for f in futures:
+            f.wait()
+        return [f.result() for f in futures]
 
 
 def node_id() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mars_core.config import Config
-from tasks.shards import ClusterError, worker_env
+from tasks.shards import connect
 
 
 class _Replica:
@@ -66,13 +66,7 @@ def launch_on_ray(cfg: Config, path: str, log_dir: Path | None, keys: list[str]
     import ray
 
     lv = cfg.engine.vllm.launch
-    if not ray.is_initialized():  # kept for the process's life: the actors belong to it
-        try:
-            ray.init(address=cfg.cluster.ray.address,
-                     runtime_env={"env_vars": worker_env(cfg.cluster)}, logging_level="ERROR")
-        except ConnectionError as e:
-            raise ClusterError(f"cannot reach the Ray cluster at {cfg.cluster.ray.address!r} "
-                               f"(cluster.ray.address): {str(e).splitlines()[0]}") from None
+    connect(cfg.cluster)  # kept for the process's life: the actors belong to it
     launch = {"python": str(Path(lv.python).absolute()), "model": str(Path(path).resolve()),
               "dtype": lv.dtype, "max_model_len": cfg.model.max_context_tokens,
               "gpu_memory_utilization": lv.gpu_memory_utilization, "seed": cfg.run.seed,

@@ -20,6 +20,9 @@ def _run(capsys, *args):
     (["--set", "rollout.episodes_per_iteration=many"], "rollout.episodes_per_iteration"),
     (["--set", "model.path=/no/such/model"], "model path does not exist: /no/such/model"),
     (["--config", "/no/such.yaml"], "config file not found"),
+    (["--set", "cluster.ray.address=127.0.0.1:1"],
+     "cannot reach the Ray cluster at '127.0.0.1:1' (cluster.ray.address)"),
+    (["--set", "cluster.ray.address=head-node"], "not host:port"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, extra, needle):
     args = ["--config", SMOKE, "--runs-dir", str(tmp_path)]
@@ -29,6 +32,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, extra, needle):
         args += extra
     rc, err = _run(capsys, *args)
     assert rc == 2 and needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_run_dir_from_another_config_is_refused_untouched(tmp_path, capsys):

@@ -3,6 +3,8 @@ where the time goes. Prints figures; asserts nothing.
 
     python bench/scale.py [--episodes 16] [--shards 1,2,4] [--cpus 2] [--max-new-tokens 24]
 
+(`--shards 2,2`: the same setting twice in one process, the second on Ray's warm workers.)
+
 One Ray node with `--cpus` CPUs is started here (`ray start --head`) and stopped at the end.
 Each setting plays the same iteration-0 plan of the smoke preset (Tic-Tac-Toe self-play) with
 the embedded model, through the real path: `generate_rollouts`' shards as Prefect task runs
@@ -91,9 +93,9 @@ def main() -> None:
     proc, address, pid_file = _cluster(args.cpus, temp)
     rows = []
     try:
-        for n in [int(x) for x in args.shards.split(",")]:
+        for i, n in enumerate(int(x) for x in args.shards.split(",")):
             per = min(1.0, args.cpus / n)
-            run_dir = str(Path(temp) / f"runs/shards{n}")
+            run_dir = str(Path(temp) / f"runs/{i}-shards{n}")  # a setting twice: warm workers
             cfg = load_config(REPO / "configs/smoke.yaml", [
                 f"model.path={model}", f"rollout.episodes_per_iteration={args.episodes}",
                 f"rollout.max_new_tokens={args.max_new_tokens}", f"cluster.shards={n}",

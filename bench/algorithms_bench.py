@@ -12,7 +12,7 @@ import time
 import numpy as np
 import polars as pl
 
-from mars_core import advantages as adv
+from mars_core import estimators as adv
 from mars_core import advantages_reference as ref
 from mars_core.batching import build_batch
 

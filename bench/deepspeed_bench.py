@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-KEYS = ("train/loss", "train/pg_loss", "train/grad_norm", "time/train_step")
+sys.path.insert(0, str(REPO))
+from mars_core.layout import METRICS_FILE, TRAIN_STEP, stage_dir  # noqa: E402
+
+KEYS = ("train/loss", "train/pg_loss", "train/grad_norm", f"time/{TRAIN_STEP}")
 
 
 def run(backend: str, runs_dir: Path, iterations: int, extra: list[str]) -> tuple[float, float]:
@@ -52,7 +55,7 @@ def run(backend: str, runs_dir: Path, iterations: int, extra: list[str]) -> tupl
 
 def metrics(run_dir: Path, iterations: int) -> list[dict]:
     """train_step's metrics of each iteration ({} where it has none)."""
-    paths = [run_dir / f"iter_{k:04d}/train_step/metrics.json" for k in range(iterations)]
+    paths = [stage_dir(run_dir, k, TRAIN_STEP) / METRICS_FILE for k in range(iterations)]
     return [json.loads(p.read_text()) if p.is_file() else {} for p in paths]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval import graders  # noqa: E402
+from eval import grader_pool, graders  # noqa: E402
 from eval.benchmarks import BENCHMARKS, LETTERS, SHIPPED, load  # noqa: E402
 
 MATH = [b for b in SHIPPED if b not in graders.CHOICE_BENCHMARKS]
@@ -193,8 +193,8 @@ def grade_one(i: int, seed: int = 0) -> tuple[str, float, float, object]:
 def call_bound(threads: int, margin: float) -> float:
     """Seconds one grader call may take: the timeout, after waiting for a busy helper's turn
     (threads beyond the helpers queue), plus `margin` for a helper's restart."""
-    workers = len(graders._pool().workers)
-    return graders.grader_timeout() * (1 + math.ceil(threads / workers - 1)) + margin
+    workers = len(grader_pool._pool().workers)
+    return grader_pool.grader_timeout() * (1 + math.ceil(threads / workers - 1)) + margin
 
 
 def main() -> None:
@@ -215,12 +215,12 @@ def main() -> None:
     seconds = sorted(s for _, s, _, _ in results)
     extract_max = max((s for _, _, s, _ in results), default=0.0)
     errors = [(f, v) for f, _, _, v in results if isinstance(v, Exception)]
-    stats = graders.grader_stats()
+    stats = grader_pool.grader_stats()
     by_family: dict[str, list[float]] = {}
     for family, s, _, _ in results:
         by_family.setdefault(family, []).append(s)
     print(f"answers        {len(results)} ({args.threads} threads, "
-          f"{len(graders._pool().workers)} helpers, timeout {graders.grader_timeout():g} s, "
+          f"{len(grader_pool._pool().workers)} helpers, timeout {grader_pool.grader_timeout():g} s, "
           f"bound {bound:g} s per answer)")
     print(f"hangs          {sum(max(a, b) > bound for _, a, b, _ in results)}")
     print(f"exceptions     {len(errors)}" + (f" (first: {errors[0]!r})" if errors else ""))

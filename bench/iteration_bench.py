@@ -26,14 +26,13 @@ from pathlib import Path
 
 import polars as pl
 
+from mars_core import layout, offline
+
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "41e3491"  # main before the shared prefixes, the bf16 rule and the iteration work
-ROLLOUT, UPDATE = "generate_rollouts", "train_step"
-BETWEEN = ("build_players", "filter_steps", "assign_rewards", "bank_episodes", "build_batch",
-           "compute_advantages", "replays", "save_checkpoint")
-ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "1",
-       "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-       "TOKENIZERS_PARALLELISM": "false"}
+ROLLOUT, UPDATE = layout.GENERATE_ROLLOUTS, layout.TRAIN_STEP
+BETWEEN = tuple(s for s in layout.ITERATION_STAGES if s not in (ROLLOUT, UPDATE, layout.EVALUATE))
+ENV = offline.ENV
 
 
 def train(code: Path, runs: Path, config: str, sets: list[str]) -> Path:
@@ -55,15 +54,15 @@ def figures(run: Path, iterations: int) -> list[dict]:
     """Per iteration: stage seconds and token counts read from the run's stage folders."""
     out = []
     for k in range(iterations):
-        it = run / f"iter_{k:04d}"
+        it = layout.iter_dir(run, k)
         secs = {}
-        for m in it.glob("*/metrics.json"):
+        for m in it.glob(f"*/{layout.METRICS_FILE}"):
             for key, v in json.loads(m.read_text()).items():
                 if key.startswith("time/"):
                     secs[key[5:]] = v
-        turns = pl.read_parquet(it / ROLLOUT / "turns.parquet")
+        turns = pl.read_parquet(it / ROLLOUT / layout.TURNS_FILE)
         model_turns = turns.filter(pl.col("completion_ids").list.len() > 0)
-        samples = pl.read_parquet(it / "compute_advantages/samples.parquet")
+        samples = pl.read_parquet(it / layout.COMPUTE_ADVANTAGES / layout.SAMPLES_FILE)
         out.append({
             "rollout_s": secs[ROLLOUT], "update_s": secs[UPDATE],
             "between_s": sum(secs.get(s, 0.0) for s in BETWEEN),
@@ -103,7 +102,7 @@ def main() -> None:
         print(f"{args.config}, {args.iterations} iterations; this checkout first, then "
               f"{args.baseline} from the same warmed-up weights", flush=True)
         now = train(REPO, tmp / "now", args.config, common)
-        warm = now / "init/prepare_policy/model"
+        warm = layout.start_model_dir(now)
         worktree = tmp / "baseline"
         rc = subprocess.call(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q",
                               str(worktree), args.baseline])

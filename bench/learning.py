@@ -20,34 +20,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "1",
-               "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-               "MLFLOW_DISABLE_TELEMETRY": "true"}.items():
-    os.environ.setdefault(_k, _v)
+from mars_core import offline  # noqa: E402
+
+offline.apply()
 
 from cli.main import main as mars  # noqa: E402
-from mars_core.evaluation import strength_markdown, strength_rows  # noqa: E402
+from mars_core.strength import strength_markdown, strength_rows  # noqa: E402
 from mars_core.reports import learning_curve_plot  # noqa: E402
 from mars_core.stages import is_done, read_json  # noqa: E402
-from tasks.paths import read_config, stage_dir  # noqa: E402
-from tasks.rollout import read_episodes  # noqa: E402
+from mars_core.layout import (EVALUATE, INIT, METRICS_FILE, iter_dir, read_episodes,  # noqa: E402
+                              stage_dir)
+from tasks.paths import read_config  # noqa: E402
 from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
-
-EVALUATE = "evaluate"
 
 
 def stage_minutes(run: Path, upto: int) -> float:
     """Minutes the run's stages took up to iteration `upto` (the warm-up included, the
     evaluations left out: they measure, they do not train)."""
     total = 0.0
-    folders = [run / "init"] + [run / f"iter_{k:04d}" for k in range(upto)]
+    folders = [run / INIT] + [iter_dir(run, k) for k in range(upto)]
     for folder in folders:
-        for metrics in folder.glob("*/metrics.json"):
+        for metrics in folder.glob(f"*/{METRICS_FILE}"):
             if metrics.parent.name != EVALUATE:
                 total += sum(v for k, v in read_json(metrics).items() if k.startswith("time/"))
     return total / 60
@@ -56,7 +53,7 @@ def stage_minutes(run: Path, upto: int) -> float:
 def evaluations(run: Path, iterations: int) -> dict[str, tuple[int, Path]]:
     """Finished evaluations: label -> (iterations trained, stage folder), start first."""
     found = {}
-    start = stage_dir(run, "init", EVALUATE)
+    start = stage_dir(run, INIT, EVALUATE)
     if is_done(start):
         found["start"] = (0, start)
     for k in range(iterations):

@@ -11,12 +11,13 @@ figures; asserts nothing. This is what decides the cost of the strategic suite o
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from mars_core import offline  # noqa: E402
 
-from mars_core.evaluation import suite_specs  # noqa: E402
+offline.apply()
+
+from mars_core.strength import suite_specs  # noqa: E402
 from mars_core.games.registry import GAMES, make_game  # noqa: E402
 from mars_core.rollout import play_episodes  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402

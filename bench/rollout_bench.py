@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from mars_core import layout, offline  # noqa: E402
+
+offline.apply()
 
 from mars_core.config import load_config  # noqa: E402
 from mars_core.models import resolve_model  # noqa: E402
@@ -54,9 +55,9 @@ def bench_rollout(model: str, n_games: int, config: str) -> None:
 
 def bench_stages(run_dir: Path) -> None:
     totals: dict[str, float] = {}
-    iters = sorted(glob.glob(str(run_dir / "iter_*")))
+    iters = sorted(glob.glob(str(run_dir / layout.ITER_GLOB)))
     for it in iters:
-        for m in glob.glob(f"{it}/*/metrics.json"):
+        for m in glob.glob(f"{it}/*/{layout.METRICS_FILE}"):
             for k, v in json.loads(Path(m).read_text()).items():
                 if k.startswith("time/"):
                     totals[k[5:]] = totals.get(k[5:], 0.0) + v
@@ -77,7 +78,7 @@ def main() -> None:
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--run", default="runs/demo")
     args = p.parse_args()
-    warmed = Path(args.run) / "init/prepare_policy/model"
+    warmed = layout.start_model_dir(Path(args.run))
     model = args.model or (str(warmed) if warmed.is_dir() else "embedded")
     bench_rollout(model, args.games, args.config)
     if Path(args.run).is_dir():

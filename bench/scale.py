@@ -26,12 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "1",
-               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-               "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}.items():
-    os.environ.setdefault(_k, _v)
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="mars-bench-prefect-"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mars_core import offline  # noqa: E402
+
+offline.apply()
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="mars-bench-prefect-"))
 
 from prefect import flow  # noqa: E402
 
@@ -39,8 +39,10 @@ from mars_core.config import load_config  # noqa: E402
 from mars_core.models import resolve_model  # noqa: E402
 from mars_core.procgroup import free_port, start_group, stop_group  # noqa: E402
 from mars_core.stages import write_json  # noqa: E402
+from mars_core.seeds import Stream  # noqa: E402
 from tasks.common import derive_seed  # noqa: E402
-from tasks.paths import prepare_run_dir, stage_dir  # noqa: E402
+from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir  # noqa: E402
+from tasks.paths import prepare_run_dir  # noqa: E402
 from tasks.rollout import _sharded, plan_iteration  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +74,8 @@ def _cluster(cpus: int, temp: str):
 
 @flow(name="bench-scale")
 def _rollout(run_dir: str, n: int):
-    cfg_n = len(plan_iteration(_CFG[run_dir], run_dir, 0, derive_seed(_CFG[run_dir], 0, 1)))
+    cfg = _CFG[run_dir]
+    cfg_n = len(plan_iteration(cfg, run_dir, 0, derive_seed(cfg, Stream.ROLLOUTS, 0)))
     start = time.perf_counter()
     episodes, stats, metrics = _sharded(_CFG[run_dir], run_dir, 0, cfg_n)
     return time.perf_counter() - start, episodes, stats, metrics
@@ -103,9 +106,9 @@ def main() -> None:
                 f"cluster.ray.env={{OMP_NUM_THREADS: '{max(1, int(per))}'}}"])
             prepare_run_dir(Path(run_dir), cfg)
             _CFG[run_dir] = cfg
-            init = stage_dir(run_dir, "init", "prepare_policy")
+            init = stage_dir(run_dir, INIT, PREPARE_POLICY)
             init.mkdir(parents=True)
-            write_json(init / "policy.json", {"path": model, "base": model})
+            write_json(init / POLICY_FILE, {"path": model, "base": model})
             wall, episodes, stats, m = _rollout(run_dir, n)
             shard_wall = m["time/rollout_shards_wall"]
             rows.append({

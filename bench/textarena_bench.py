@@ -11,9 +11,10 @@ import time
 
 from mars_core import postprocess as pp
 from mars_core.config import RewardsConfig
-from mars_core.evaluation import MINDGAMES_OPPONENTS
+from mars_core.games.opponents import MINDGAMES_OPPONENTS
 from mars_core.games.base import format_answer
-from mars_core.games.registry import MINDGAMES, make_game
+from mars_core.games.catalog import MINDGAMES
+from mars_core.games.registry import make_game
 from mars_core.rollout import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
 from mars_core.validator import validate

@@ -102,3 +102,7 @@ def _write(args: argparse.Namespace, folder: Path) -> dict:
     out.write_text(replay_html(replay_data(ep, chosen.advantages), f"{ep.game} · {ep.episode_id}"
                                f"{where}"), encoding="utf-8")
     return {"out": str(out), "episode_id": ep.episode_id, "count": len(ids), "note": note}
+
+
+def done(args: argparse.Namespace, result: dict) -> str:
+    return f"mars: {result['note']}\nmars: done: {result['out']}"

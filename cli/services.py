@@ -22,11 +22,10 @@ import sys
 import time
 from pathlib import Path
 
+from mars_core.offline import QUIET  # the servers report no usage either
 
 POOL = "mars-local"  # the work pool every deployment in prefect.yaml uses
 PREFECT_PORT, MLFLOW_PORT = 4200, 5000  # the servers' own defaults (artifacts.DEFAULT_UI too)
-QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-         "DO_NOT_TRACK": "1"}
 
 
 class ServiceError(Exception):
@@ -287,3 +286,7 @@ def _banner(prefect: Server, mlflow: Server, runs: Path, created: bool) -> None:
          f"  prefect worker start --pool {POOL}      # runs what you start from the UI\n"
          "  (or `mars train ...` with these two exported: tracked and shown there too)\n"
          "mars: services running; Ctrl-C stops both")
+
+
+def done(args: argparse.Namespace, result: dict) -> str:
+    return f"mars: {result['note']}"

@@ -27,11 +27,12 @@ from pathlib import Path
 
 from eval.benchmarks import check_names, load, task_prompt
 from eval.graders import is_correct
+from mars_core import offline
 
 TASK_PREFIX = "mars_"
 METRIC = "acc"
 SAMPLING = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+OFFLINE_ENV = offline.HUB_OFFLINE
 NOISY_LOGGERS = ("lm_eval", "lm-eval", "datasets", "filelock", "urllib3")
 API_PACKAGES = ("aiohttp", "requests", "tenacity", "tqdm")
 MISSING = "lm-eval is not installed: pip install -e '.[eval]'"

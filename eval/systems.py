@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Generator
 
 from eval.benchmarks import Question, answer_format, task_prompt
-from eval.graders import extracted_answer, is_correct, strip_reasoning
+from eval.answers import strip_reasoning
+from eval.graders import extracted_answer, is_correct
 from eval.verdict import parse_verdict
 from mars_core.engines.base import request_seed
 from mars_core.engines.chat import ChatEngine, ChatParams, Message

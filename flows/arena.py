@@ -25,10 +25,10 @@ from mars_core.arena.leaderboard import causes, game_record, leaderboard, markdo
 from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
+from mars_core.layout import write_episodes
 from mars_core.replay import write_replays
 from tasks.artifacts import publish_table
 from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
-from tasks.rollout import write_episodes
 
 
 def plan(preset: str | None = None, agents: list[str] | None = None, run: str | None = None,

@@ -17,12 +17,13 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_strategic_config
-from mars_core.evaluation import comparison_table, per_game_normalized, radar_chart
+from mars_core.strength import comparison_table, per_game_normalized, radar_chart
+from mars_core.layout import final_model_dir
 from mars_core.stages import MARKER, is_done, read_json, stage_output, write_json
 from flows.train import train_flow
 from tasks.artifacts import publish_table
 from tasks.common import initial_policy
-from tasks.paths import check_run_name, lock_run_dir, run_dir_for, stage_dir, unlock_run_dir
+from tasks.paths import check_run_name, lock_run_dir, run_dir_for, unlock_run_dir
 from tasks.strategic import evaluate_suite
 from tasks.tracking import log_comparison, tracking_uri
 
@@ -75,7 +76,7 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
         trained[label] = result
     first = trained[labels[0]]["run_dir"]
     policies = {"start": initial_policy(first)}
-    policies |= {label: str(stage_dir(r["run_dir"], "final", "model")) for label, r in trained.items()}
+    policies |= {label: str(final_model_dir(r["run_dir"])) for label, r in trained.items()}
     lock_run_dir(folder)  # one comparison per folder at a time
     try:
         scores = {label: per_game_normalized(_evaluated(folder / f"eval_{label}", ecfg, label, m))

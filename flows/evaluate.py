@@ -17,10 +17,10 @@ from eval.mas import comparison_table, markdown
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import config_from_dict, load_strategic_config
 from mars_core.config_cluster import ClusterConfig
-from mars_core.evaluation import per_game_normalized, radar_chart
+from mars_core.strength import per_game_normalized, radar_chart
 from mars_core.engines.chat import is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
-from tasks.mas import evaluate_mas, harness_task, log_harness, log_mas, write_results
+from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
 from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
 
@@ -136,9 +136,9 @@ def harness_eval_flow(model: str = "embedded", benchmarks: list[str] | None = No
     benchmarks = benchmarks or list(SHIPPED)
     check_names(benchmarks, gpqa_path)
     local = model if is_endpoint(model) else resolve_policy(model, tracking_uri, runs_dir)
-    result = harness_task(local, benchmarks, limit=limit, max_tokens=max_tokens,
-                          batch_size=batch_size, data_dir=data_dir, gpqa_path=gpqa_path,
-                          seed=seed)
+    result = evaluate_harness(local, benchmarks, limit=limit, max_tokens=max_tokens,
+                              batch_size=batch_size, data_dir=data_dir, gpqa_path=gpqa_path,
+                              seed=seed)
     result["model"] = model
     out_path = Path(out)
     out_path.write_text(json.dumps(result, indent=1))

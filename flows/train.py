@@ -18,17 +18,27 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_config
+from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, BUILD_PLAYERS,
+                              COMPUTE_ADVANTAGES, EVALUATE, FILTER_STEPS, GENERATE_ROLLOUTS, INIT,
+                              ITERATION_STAGES, REPLAYS, SAVE_CHECKPOINT, TRAIN_STEP,
+                              checkpoint_dir)
 from tasks.artifacts import Progress, publish_markdown, publish_table
 from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.common import check_finished_stages, initial_policy, shutdown_engines
 from tasks.evaluate import compare_strength, evaluate, evaluation_records, learning_curve
-from tasks.paths import (checkpoint_dir, lock_run_dir, prepare_run_dir, run_dir_for,
-                         unlock_run_dir)
+from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
 from tasks.rollout import generate_rollouts
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
+
+# the task that writes each stage of an iteration (their order: mars_core.layout)
+ITERATION_TASKS = {GENERATE_ROLLOUTS: generate_rollouts, BUILD_PLAYERS: build_players,
+                   FILTER_STEPS: filter_steps, ASSIGN_REWARDS: assign_rewards,
+                   BANK_EPISODES: bank_episodes, BUILD_BATCH: build_batch,
+                   COMPUTE_ADVANTAGES: compute_advantages, REPLAYS: write_iteration_replays,
+                   TRAIN_STEP: train_step, SAVE_CHECKPOINT: save_checkpoint}
 
 
 def summary_line(k: int, n: int, m: dict) -> str:
@@ -39,7 +49,8 @@ def summary_line(k: int, n: int, m: dict) -> str:
             f"P0 win {g('rollout/seat0_win_rate')} draw {g('rollout/seat0_draw_rate')}, "
             f"gated {g('gated/total', '{:.0f}')}, loss {g('train/loss', '{:.4f}')}, kl {g('train/kl', '{:.4f}')}, "
             f"{g('rollout/tokens_per_s', '{:.0f}')} tok/s, "
-            f"rollout {g('time/generate_rollouts', '{:.0f}')}s train {g('time/train_step', '{:.0f}')}s")
+            f"rollout {g(f'time/{GENERATE_ROLLOUTS}', '{:.0f}')}s "
+            f"train {g(f'time/{TRAIN_STEP}', '{:.0f}')}s")
 
 
 @flow(name="mars-train", log_prints=True)
@@ -81,19 +92,18 @@ def _iterations(run_dir: str, cfg) -> dict:
     prepare_policy(run_dir)
     every = cfg.evaluation.every
     if every and cfg.evaluation.at_start:
-        _evaluated(run_dir, "init", evaluate(run_dir, "init", initial_policy(run_dir), 0), 0)
+        _evaluated(run_dir, INIT, evaluate(run_dir, INIT, initial_policy(run_dir), 0), 0)
     last: dict = {}
     n = cfg.run.iterations
     progress = Progress(f"{name}-iterations", 0, n, f"iterations of {name}")
     for k in range(n):
         last = {}
-        for stage in (generate_rollouts, build_players, filter_steps, assign_rewards,
-                      bank_episodes, build_batch, compute_advantages, write_iteration_replays,
-                      train_step, save_checkpoint):
-            last.update(stage(run_dir, k))
-        if every and ((k + 1) % every == 0 or k + 1 == n):
-            last.update(_evaluated(run_dir, k, evaluate(run_dir, k, str(checkpoint_dir(run_dir, k)),
-                                                         k + 1), k + 1))
+        for stage in ITERATION_STAGES:
+            if stage != EVALUATE:
+                last.update(ITERATION_TASKS[stage](run_dir, k))
+            elif every and ((k + 1) % every == 0 or k + 1 == n):
+                last.update(_evaluated(run_dir, k, evaluate(
+                    run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1), k + 1))
         print(summary_line(k, n, last))
         progress.update(k + 1)
     version = register_final(run_dir)

@@ -12,15 +12,16 @@ Output: the same frame (same rows, same order, every input column kept) with a F
 turn's advantage; the trainer never needs to know which estimator produced it. No estimator
 depends on the order of the rows.
 
-The estimator is picked by name from the config through `ESTIMATORS` / `compute_advantages`.
+The estimator is picked by name from the config through its record in
+`mars_core.estimators.ESTIMATORS` (one call signature, `estimate(batch, options, state) ->
+(frame, state)`, and the estimator's own facts), which calls the functions here.
 Each vectorised estimator has a plain-loop twin in `mars_core.advantages_reference`; the unit
 tests check that they agree on random batches.
 """
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -68,6 +69,14 @@ def _check_constant_keys(df: pl.DataFrame, keys: Sequence[str]) -> None:
         if counts[k].max() > 1:
             raise ValueError(f"group key '{k}' changes within a trajectory (episode_id, player); "
                              "trajectory-level estimators need it constant")
+
+
+def check_options(name: str, takes: Sequence[str], options: Mapping[str, object]) -> None:
+    """A ValueError naming the first option an estimator does not take, and those it takes."""
+    for option in options:
+        if option not in takes:
+            raise ValueError(f"advantage estimator '{name}' takes no option '{option}'; "
+                             f"it takes: {', '.join(takes)}")
 
 
 def _sorted_by_trajectory(df: pl.DataFrame) -> pl.DataFrame:
@@ -282,6 +291,22 @@ def rae_update(
     return dict(sorted(state.items()))
 
 
+def rae_estimate(df: pl.DataFrame, options: Mapping[str, object],
+                 state: Mapping[str, float] | None) -> tuple[pl.DataFrame, dict[str, float]]:
+    """RAE with its state (the `rae` record's step): the advantages against the baselines as
+    they stood before this batch (`rae`), and the baselines after it (`rae_update`).
+    options: group_keys, decay."""
+    check_options("rae", ("group_keys", "decay"), options)
+    keys = {k: v for k, v in options.items() if k == "group_keys"}
+    return (rae(df, baselines=state or {}, **keys),
+            rae_update(state or {}, df, decay=options.get("decay", 0.95), **keys))
+
+
+def rae_metrics(state: Mapping[str, float]) -> dict[str, float]:
+    """One metric per baseline: `rae/baseline/<game>/<role>`."""
+    return {f"rae/baseline/{key.replace('|', '/')}": v for key, v in state.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # In2AI leave-one-out per environment
 
@@ -298,30 +323,3 @@ def rloo_env(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) -> pl.Data
     n = pl.len().over(keys)
     adv = pl.when(n > 1).then(r - (r.sum().over(keys) - r) / (n - 1)).otherwise(0.0)
     return _restore(_sorted_by_trajectory(df), adv)
-
-
-# ---------------------------------------------------------------------------------------------
-
-ESTIMATORS: dict[str, Callable[..., pl.DataFrame]] = {
-    "mars": mars_turn_level,
-    "mars_code": mars_code,
-    "grpo_trajectory": grpo_trajectory,
-    "mars_shared": mars_shared,
-    "rae": rae,
-    "rloo_env": rloo_env,
-}
-
-
-def compute_advantages(df: pl.DataFrame, name: str, **options) -> pl.DataFrame:
-    """Run the estimator registered under `name` (see `ESTIMATORS`) with `options`; an option
-    the estimator does not take is a ValueError naming it and the ones it takes."""
-    if name not in ESTIMATORS:
-        choices = ", ".join(ESTIMATORS)
-        raise ValueError(f"unknown advantage estimator '{name}'; choose one of: {choices}")
-    fn = ESTIMATORS[name]
-    takes = [p for p in inspect.signature(fn).parameters if p != "df"]
-    for option in options:
-        if option not in takes:
-            raise ValueError(f"advantage estimator '{name}' takes no option '{option}'; "
-                             f"it takes: {', '.join(takes)}")
-    return fn(df, **options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -72,3 +73,36 @@ def load_estimator_state(folder: Path) -> dict:
     """The state saved with a checkpoint; {} for a fresh model (no state yet)."""
     path = Path(folder) / ESTIMATOR_STATE
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning: old checkpoints keep their small files (config, tokenizer, estimator state, the
+# completion marker) and lose their weights and optimizer state.
+
+
+def is_heavy(name: str) -> bool:
+    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder included): what pruning
+    removes from old checkpoints. `name`: a file name or a path relative to the checkpoint."""
+    first = Path(name).parts[0]
+    return first.endswith(".safetensors") or first in (TRAINER_STATE, DEEPSPEED_STATE)
+
+
+def prune_plan(k: int, keep_last: int, keep_every: int | None) -> list[int]:
+    """The iterations whose checkpoints lose their weights once iteration k's is published:
+    all but the last `keep_last` (k's included) and, with `keep_every`, every one whose
+    iteration number plus one is a multiple of it (a 0 or None `keep_every` keeps none)."""
+    return [j for j in range(0, k - keep_last + 1)
+            if not (keep_every and (j + 1) % keep_every == 0)]
+
+
+def drop_heavy(folder: Path) -> None:
+    """Remove the heavy files and folders (`is_heavy`) of `folder`; a missing folder is
+    left alone."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if is_heavy(f.name):
+                if f.is_dir():
+                    shutil.rmtree(f)
+                else:
+                    f.unlink()

@@ -11,12 +11,19 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-
 from mars_core.config_base import ConfigError, _Section  # noqa: F401  (re-exported)
 from mars_core.config_cluster import ClusterConfig
 from mars_core.config_engine import EngineConfig
-from mars_core.config_train import (AlgorithmConfig, BatchingConfig, OptimConfig,  # noqa: F401
-                                     TrainerConfig)
+from mars_core.config_play import (OpponentStage, PlayConfig, RolloutConfig,  # noqa: F401
+                                   SamplingOverride)
+from mars_core.config_rewards import OUTCOMES, In2AIRewards, RewardsConfig  # noqa: F401
+from mars_core.config_train import (TRAJECTORY_ESTIMATORS, AlgorithmConfig,  # noqa: F401
+                                    BatchingConfig, OptimConfig, TrainerConfig)
+from mars_core.games.catalog import check_game
+from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
+                                       check_suite)
+from mars_core.redact import redact
+from mars_core.vocab import POLICY
 
 
 class RunConfig(_Section):
@@ -33,180 +40,6 @@ class ModelConfig(_Section):
     share_prefix: bool = True
 
 
-class SamplingOverride(_Section):
-    """Per-game sampling (e.g. In2AI's per-game evaluation settings); unset values fall back
-    to the section's own."""
-
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)  # 0: no top-k
-    min_p: float | None = Field(None, ge=0, lt=1)
-    max_new_tokens: int | None = Field(None, ge=1)
-
-
-class PlayConfig(_Section):
-    """How a policy model is prompted and sampled in games (training and evaluation)."""
-
-    temperature: float = Field(0.6, ge=0)
-    top_p: float = Field(0.99, gt=0, le=1)
-    top_k: int = Field(100, ge=0)
-    max_new_tokens: int = Field(64, ge=1)
-    prefill: Literal["answer", "think", "none"] = "answer"
-    keep_history: bool = True  # MARS keeps the whole conversation; False shows only the state
-    engine_batch_size: int = Field(32, ge=1)
-    min_p: float = Field(0.0, ge=0, lt=1)
-    per_game: dict[str, SamplingOverride] = Field(default_factory=dict)  # game -> overrides
-
-    @model_validator(mode="after")
-    def _known_per_game(self):
-        from mars_core.games.registry import check_game
-
-        for g in self.per_game:
-            check_game(g)
-        return self
-
-    def sampling(self, seed: int, temperature: float | None = None):
-        from mars_core.types import SamplingParams
-
-        return SamplingParams(
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
-            max_new_tokens=self.max_new_tokens, stop=("</answer>",), seed=seed)
-
-    def per_game_sampling(self, seed: int, temperature: float | None = None) -> dict:
-        """game -> SamplingParams for the games with overrides (a forced `temperature`, as in
-        greedy evaluation, wins over a game's own)."""
-        from dataclasses import replace
-
-        base = self.sampling(seed, temperature)
-        out = {}
-        for game, o in self.per_game.items():
-            changes = {k: v for k, v in o.model_dump().items() if v is not None}
-            if temperature is not None:
-                changes.pop("temperature", None)
-            out[game] = replace(base, **changes)
-        return out
-
-
-class OpponentStage(_Section):
-    """One entry of an opponent curriculum: `opponent` joins the pool at iteration
-    `unlock_at` and stays; each episode's opponent is drawn in proportion to `weight`."""
-
-    opponent: str  # "self", a bot spec, or "frozen" (an earlier checkpoint of this run)
-    unlock_at: int = Field(0, ge=0)
-    weight: float = Field(1.0, gt=0)
-
-
-class RolloutConfig(PlayConfig):
-    games: tuple[str, ...] = ("tic_tac_toe",)
-    episodes_per_iteration: int = Field(8, ge=1)
-    # environment sampler: empty = round-robin over `games` (equal shares); else game -> weight,
-    # each iteration's episodes apportioned in proportion (games not named weigh 1)
-    game_weights: dict[str, float] = Field(default_factory=dict)
-    # game -> who fills the other seats: "self" (self-play, the default), a bot, "frozen" (an
-    # earlier checkpoint of this run), or a curriculum: a list of {opponent, unlock_at, weight}.
-    # Against an opponent the policy holds one seat and only its turns are trained on
-    opponents: dict[str, str | tuple[OpponentStage, ...]] = Field(default_factory=dict)
-    # position sampler: the policy's seat against an opponent: "rotate" (every seat in turn)
-    # or "random" (uniform); roles follow seats, secret roles are drawn by the game
-    position: Literal["rotate", "random"] = "rotate"
-
-    @model_validator(mode="after")
-    def _known_games(self):
-        from mars_core.games.registry import check_game
-        from mars_core.samplers import check_opponents
-
-        for g in self.games:
-            check_game(g)
-        if not self.games:
-            raise ValueError("rollout.games is empty")
-        if len(set(self.games)) != len(self.games):
-            raise ValueError("rollout.games names a game twice")
-        for game, w in self.game_weights.items():
-            if game not in self.games:
-                raise ValueError(f"rollout.game_weights names {game}, which is not in rollout.games")
-            if w < 0:
-                raise ValueError(f"rollout.game_weights: the weight of {game} is negative")
-        if self.game_weights and not sum(self.game_weights.get(g, 1.0) for g in self.games):
-            raise ValueError("rollout.game_weights: every weight is 0")
-        for game, opponents in self.opponents.items():
-            if game not in self.games:
-                raise ValueError(f"rollout.opponents names {game}, which is not in rollout.games")
-            check_opponents(game, opponents)
-        if not self.game_weights and self.episodes_per_iteration % len(self.games):
-            raise ValueError(f"rollout.episodes_per_iteration ({self.episodes_per_iteration}) "
-                             f"must be a multiple of the number of games ({len(self.games)}), "
-                             "so that batches split evenly by game (or set rollout.game_weights)")
-        return self
-
-    def opponent_pool(self, game: str, k: int) -> list[tuple[str, float]]:
-        """The (opponent, weight) pairs unlocked for `game` at iteration k."""
-        spec = self.opponents.get(game, "self")
-        if isinstance(spec, str):
-            return [(spec, 1.0)]
-        return [(s.opponent, s.weight) for s in spec if s.unlock_at <= k]
-
-
-OUTCOMES = ("win", "draw", "loss", "invalid_action", "parsing_failure",
-            "other_player_invalid_action")
-
-
-class In2AIRewards(_Section):
-    """Post-episode step rewards of the TextArena games (In2AI, SPEC section 5). The published
-    constants are not public: these defaults are ours. Order: a step's shaped reward, then
-    positive rewards times the episode outcome's multiplier, then clipped to
-    [shaped_min, clip]; the step that broke the rules gets its floor instead, below any
-    shaped reward."""
-
-    clip: float = Field(1.0, gt=0)  # every step reward lies in [-clip, clip]
-    shaped_min: float = -0.8  # lowest shaped reward: the error floors stay below it
-    parsing_failure: float = -1.0  # floor of a reply without the template or action format
-    invalid_action: float = -0.9  # floor of a well-formed action the rules forbid
-    # positive step rewards are scaled by the player's episode outcome
-    outcome_multiplier: dict[str, float] = Field(default_factory=lambda: {
-        "win": 1.0, "draw": 0.6, "loss": 0.3, "invalid_action": 0.3, "parsing_failure": 0.3,
-        "other_player_invalid_action": 0.6})
-    blotto_round_win: float = 1.0  # a Blotto round won / tied / lost
-    blotto_round_tie: float = 0.0
-    blotto_round_loss: float = -0.5
-    codenames_own: float = 1.0  # a Codenames guess of an own-team word
-    codenames_neutral: float = -0.25  # ... of a neutral word
-    codenames_opponent: float = -0.5  # ... of the other team's word
-    codenames_assassin: float = -1.0  # ... of the assassin: poisons the whole clue group
-    codenames_pass: float = 0.0  # an operative's [pass]
-    mafia_win: float = 1.0  # every Mafia step: its team's result ...
-    mafia_loss: float = -0.5
-    mafia_vote_hit: float = 0.25  # ... plus, for a vote, this when the target is on the other team
-    mafia_vote_miss: float = -0.25  # ... or this when the target is a teammate
-
-    @model_validator(mode="after")
-    def _floors(self):
-        if set(self.outcome_multiplier) != set(OUTCOMES):
-            raise ValueError("rewards.in2ai.outcome_multiplier must name exactly: "
-                             + ", ".join(OUTCOMES))
-        if not -self.clip <= self.parsing_failure <= self.invalid_action < self.shaped_min:
-            raise ValueError("rewards.in2ai floors must satisfy -clip <= parsing_failure <= "
-                             "invalid_action < shaped_min, so errors rank below any shaped reward")
-        return self
-
-
-class RewardsConfig(_Section):
-    valid_action: float = 0.05
-    invalid_action: float = -10.0
-    draw: float = 0.1
-    length_alpha: float = 0.5
-    length_min: int = 11
-    length_max: int = 2048
-    game_scale: dict[str, float] = Field(default_factory=dict)  # e.g. {tic_tac_toe: 2.0}
-    in2ai: In2AIRewards = In2AIRewards()  # the TextArena games' post-episode rewards
-
-    @model_validator(mode="after")
-    def _lengths(self):
-        if self.length_max <= self.length_min:
-            raise ValueError("rewards.length_max must be greater than rewards.length_min")
-        return self
-
-
 class WarmupConfig(_Section):
     """Supervised format warm-up on synthetic `<answer>{random legal action}</answer>` replies."""
 
@@ -220,7 +53,7 @@ class EvaluationConfig(_Section):
     every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
     at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
     # game -> opponent, or a list of opponents; a game not named here meets its first default
-    # opponent (evaluation.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four
+    # opponent (games.opponents.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four
     # bot:mcts-10, poker bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat,
     # Codenames and Mafia bot:random)
     opponents: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)
@@ -229,9 +62,6 @@ class EvaluationConfig(_Section):
 
     @model_validator(mode="after")
     def _fitting_opponents(self):
-        from mars_core.games.bots import check_opponent
-        from mars_core.games.registry import check_game
-
         for game, opponents in self.opponents.items():
             check_game(game)
             if not isinstance(opponents, str) and not opponents:
@@ -241,8 +71,6 @@ class EvaluationConfig(_Section):
         return self
 
     def opponents_for(self, game: str) -> tuple[str, ...]:
-        from mars_core.evaluation import DEFAULT_OPPONENTS
-
         named = self.opponents.get(game)
         if named is None:
             return DEFAULT_OPPONENTS[game][:1]
@@ -280,8 +108,6 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _batch_fits_estimator(self):
-        from mars_core.config_train import TRAJECTORY_ESTIMATORS
-
         a, b = self.algorithm, self.batching
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
@@ -295,8 +121,6 @@ class Config(_Section):
 
     def public(self) -> dict[str, Any]:
         """The config as plain data with its secrets masked: what may be written anywhere."""
-        from mars_core.redact import redact
-
         return redact(self.model_dump(mode="json"))
 
 
@@ -412,9 +236,7 @@ class StrategicConfig(_Section):
 
     @model_validator(mode="after")
     def _fitting_suite(self):
-        from mars_core.evaluation import check_suite
-
-        check_suite(self.suite, "policy")
+        check_suite(self.suite, POLICY)
         return self
 
 
@@ -425,8 +247,6 @@ def load_strategic_config(path: str | Path | None = None, games: list[str] | Non
     """An evaluation preset (the MARS suite when `path` is None) narrowed by the CLI's flags:
     `games` keeps those games (each meets `opponents`, else its preset or MARS opponents);
     `opponents` alone replaces every game's opponents."""
-    from mars_core.evaluation import DEFAULT_OPPONENTS, MARS_OPPONENTS
-
     base = {"suite": {g: list(o) for g, o in MARS_OPPONENTS.items()}}
     cfg = load_config(path, overrides, StrategicConfig) if path else config_from_dict(
         _merge(base, parse_overrides(overrides)), StrategicConfig)

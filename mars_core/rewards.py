@@ -13,6 +13,7 @@ from dataclasses import replace
 from mars_core.config import RewardsConfig
 from mars_core.games.registry import game_class
 from mars_core.types import Episode, Turn
+from mars_core.vocab import Outcome
 
 
 def length_penalty(n_tokens: int, alpha: float, l_min: int, l_max: int) -> float:
@@ -28,7 +29,7 @@ def _turn_rewards(t: Turn, game_reward: float, cfg: RewardsConfig) -> Turn:
                    reward=game + fmt + length)
 
 
-def assign_rewards(episode: Episode, cfg: RewardsConfig) -> Episode:
+def mars_turn_rewards(episode: Episode, cfg: RewardsConfig) -> Episode:
     """The episode with every turn's reward parts and total filled in."""
     draw_bonus = game_class(episode.game).draw_bonus
     last_of: dict[int, int] = {}
@@ -37,7 +38,7 @@ def assign_rewards(episode: Episode, cfg: RewardsConfig) -> Episode:
     turns = []
     for i, t in enumerate(episode.turns):
         game = t.game_reward
-        if draw_bonus and episode.outcomes[t.player] == "draw" and last_of[t.player] == i:
+        if draw_bonus and episode.outcomes[t.player] == Outcome.DRAW and last_of[t.player] == i:
             game += cfg.draw
         turns.append(_turn_rewards(t, game, cfg))
     return replace(episode, turns=tuple(turns))

@@ -18,10 +18,12 @@ from tqdm.auto import tqdm
 
 from mars_core.engines.base import Engine, request_seed
 from mars_core.games import base as gb
-from mars_core.games.bots import is_bot, make_bot
+from mars_core.games.bots import make_bot
+from mars_core.games.opponents import is_bot
 from mars_core.games.registry import make_game
 from mars_core.types import Completion, Episode, SamplingParams, Turn
 from mars_core.validator import validate
+from mars_core.vocab import Outcome
 
 PREFILLS = {"answer": "<answer>", "think": "<think>\n", "none": ""}
 
@@ -181,7 +183,8 @@ def _finish(g: _Live) -> Episode:
         forfeit = a.forfeit_return(g.state, g.error_player)
         g.turns[g.last_turn_of[g.error_player]]["game_reward"] += forfeit - returns[g.error_player]
         returns[g.error_player] = forfeit
-        outcomes = tuple("invalid" if p == g.error_player else "other_invalid" for p in range(n))
+        outcomes = tuple(Outcome.INVALID if p == g.error_player else Outcome.OTHER_INVALID
+                         for p in range(n))
     else:
         returns = a.returns(g.state)
         outcomes = tuple(a.outcome(returns, p) for p in range(n))

@@ -19,29 +19,14 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-from mars_core.games.bots import SELF, check_opponent
+from mars_core.vocab import FROZEN, SELF
 from mars_core.games.registry import make_game
 from mars_core.rollout import EpisodeSpec
-
-FROZEN = "frozen"  # an earlier checkpoint of this run (tasks pick which one)
+from mars_core.vocab import POLICY
 
 
 def is_frozen(agent: str) -> bool:
     return agent == FROZEN or agent.startswith(FROZEN + ":")
-
-
-def check_opponents(game: str, spec) -> None:
-    """Raise ValueError for an opponent spec (a string or a curriculum of stages) that does
-    not fit `game`."""
-    stages = [spec] if isinstance(spec, str) else list(spec)
-    if not stages:
-        raise ValueError(f"rollout.opponents[{game}]: the curriculum is empty")
-    if not isinstance(spec, str) and min(s.unlock_at for s in stages) != 0:
-        raise ValueError(f"rollout.opponents[{game}]: the first opponent must unlock at 0")
-    for s in stages:
-        name = s if isinstance(s, str) else s.opponent
-        if name != FROZEN:
-            check_opponent(name, game)
 
 
 def apportion(weights: Sequence[tuple[str, float]], n: int, rng: random.Random) -> dict[str, int]:
@@ -84,7 +69,7 @@ def game_schedule(games: Sequence[str], n: int, weights: dict[str, float],
 def plan_episodes(games: Sequence[str], n: int, k: int, seed: int, *,
                   pools: dict[str, list[tuple[str, float]]] | None = None,
                   weights: dict[str, float] | None = None, position: str = "rotate",
-                  agent: str = "policy") -> list[EpisodeSpec]:
+                  agent: str = POLICY) -> list[EpisodeSpec]:
     """Iteration k's n episodes. `pools`: game -> unlocked (opponent, weight) pairs (a game not
     named: self-play). In self-play `agent` takes every seat; against an opponent it takes one
     seat (`position`: "rotate" over that game's episodes, or "random") and the opponent the

@@ -35,6 +35,7 @@ from typing import Mapping
 import torch
 
 from mars_core.checkpoint import DEEPSPEED_STATE, DEEPSPEED_TAG, save_model
+from mars_core import offline
 from mars_core.config import Config, OptimConfig, TrainerConfig, config_from_dict
 from mars_core.procgroup import ProcessGroupError, free_port, start_group, stop_group
 from mars_core.trainer import enable_gradient_checkpointing, load_samples, lr_lambda, ppo_update
@@ -156,10 +157,10 @@ def launch_command(trainer: TrainerConfig, spec_path: Path | str) -> list[str]:
 
 
 def worker_env(base: Mapping[str, str], nproc: int) -> dict[str, str]:
-    """The parent's environment plus: offline hub, quiet tokenizers, this repository on
+    """The parent's environment plus `mars_core.offline.ENV` (offline hub, quiet telemetry and
+    tokenizers), this repository on
     PYTHONPATH, and (unless set) the CPU threads shared out between the local ranks."""
-    env = {**base, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {**base, **offline.ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), base.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     return env
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", help="the SPEC json written by mars_core.train_deepspeed.launch")
     parser.add_argument("--local_rank", type=int, default=None)  # older launchers pass it
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # remote ranks do not get the parent's env
+    offline.apply()  # remote ranks do not get the parent's env
     try:
         run_worker(read_spec(args.spec))
     except Exception as e:  # every rank must exit non-zero, with a readable last line

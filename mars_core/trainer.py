@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mars_core.config import AlgorithmConfig, OptimConfig
+from mars_core.layout import COMPUTE_ADVANTAGES
 from mars_core.losses import aggregate_denominator, ppo_objective
 from mars_core.prefix import batch_forward
 
@@ -46,7 +47,7 @@ def load_samples(path) -> list[Sample]:
     if missing:
         raise ValueError(f"samples file {path} has no column {missing[0]!r}: it was written by an "
                          "older version; delete the iteration's stage folders from "
-                         "compute_advantages on and resume")
+                         f"{COMPUTE_ADVANTAGES} on and resume")
     return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"], r["game"],
                    r["temperature"]) for r in frame.select(SAMPLE_COLUMNS).iter_rows(named=True)]
 

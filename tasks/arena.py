@@ -8,23 +8,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mlflow import MlflowClient
-from mlflow.entities import Metric
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.arena.schedule import Match
 from mars_core.config_cluster import ClusterConfig
-from mars_core.games.bots import is_bot
-from mars_core.models import default_cache_dir, resolve_model
+from mars_core.layout import CONFIG_FILE, checkpoint_dir, iter_dir, iter_name, start_model_dir
 from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode
 from tasks.common import bf16_wanted
-from tasks.paths import checkpoint_dir, iter_dir, stage_dir
-from mars_core.redact import redact_text
-from tasks.registry import download_registered
-from tasks.tracking import _experiment_id, _metric_key, as_params
-from tasks.tracking import tracking_uri as local_store
+from tasks.registry import local_model
+from tasks.tracking import _metric_key, log_one_run
 from tasks.shards import run_shards, shard_slices
 from tasks.traces import log_game_traces
 
@@ -34,17 +28,17 @@ def run_checkpoints(run_dir: str) -> list[tuple[str, str, int]]:
     weights: the start policy (the format warm-up, iteration 0) and every `iter_k` checkpoint
     (iteration k+1). Labels are `<run>/start` and `<run>/iter_k`."""
     run = Path(run_dir)
-    if not (run / "config.yaml").is_file():
-        raise ValueError(f"--run {run_dir}: not a training run directory (no config.yaml)")
+    if not (run / CONFIG_FILE).is_file():
+        raise ValueError(f"--run {run_dir}: not a training run directory (no {CONFIG_FILE})")
     out = []
-    start = stage_dir(run, "init", "prepare_policy") / "model"
+    start = start_model_dir(run)
     if any(start.glob("*.safetensors")):
         out.append((f"{run.name}/start", str(start), 0))
     k = 0
     while iter_dir(run, k).is_dir():
         folder = checkpoint_dir(run, k)
         if any(folder.glob("*.safetensors")):
-            out.append((f"{run.name}/iter_{k:04d}", str(folder), k + 1))
+            out.append((f"{run.name}/{iter_name(k)}", str(folder), k + 1))
         k += 1
     if not out:
         raise ValueError(f"--run {run_dir}: no checkpoint with weights (checkpoint.keep_last "
@@ -52,34 +46,25 @@ def run_checkpoints(run_dir: str) -> list[tuple[str, str, int]]:
     return out
 
 
-@task(name="resolve_agents", cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE)
 def resolve_agents(agents: dict[str, str], tracking: str | None, runs_dir: str) -> dict:
     """label -> local model folder (None for a bot)."""
-    out: dict[str, str | None] = {}
-    for label, spec in agents.items():
-        if is_bot(spec):
-            out[label] = None
-        elif spec.startswith("models:/"):
-            store = tracking or local_store(Path(runs_dir))
-            out[label] = str(download_registered(spec, store, default_cache_dir()))
-        else:
-            out[label] = str(resolve_model(spec))
-    return out
+    return {label: local_model(spec, tracking, runs_dir) for label, spec in agents.items()}
 
 
 def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | None]:
     """One engine per distinct model folder (labels sharing a folder share it) and the prompt
     builder; every model must use the same tokenizer (one prompt per turn is built)."""
-    from mars_core.engines.hf import HFEngine
+    from mars_core.engines.build import build_engine
 
-    by_path: dict[str, HFEngine] = {}
+    by_path: dict = {}
     engines, first = {}, None
     for label, path in models.items():
         if path is None:
             continue
         if path not in by_path:
-            by_path[path] = HFEngine.from_path(path, batch_size=cfg.play.engine_batch_size,
-                                               autocast_bf16=bf16_wanted(cfg.bf16))
+            by_path[path] = build_engine(path, batch_size=cfg.play.engine_batch_size,
+                                         bf16=bf16_wanted(cfg.bf16))
         engines[label] = by_path[path]
         if first is None:
             first = (label, by_path[path].tokenizer)
@@ -92,7 +77,7 @@ def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | 
                                   cfg.max_context_tokens)
 
 
-@task(name="play_arena", cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE)
 def play_arena(matches: list[Match], models: dict[str, str | None], cfg,
                prefix: str = "") -> list[Episode]:
     """Play every match; one game's matches at a time (mixing long and short prompts in one
@@ -138,25 +123,15 @@ def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: lis
     leaderboard as an MLflow table, the files and folders (the episodes, replay pages) as
     artifacts, and one MLflow trace per game of `episodes` (`tasks.traces`: a span per move,
     linked to the run). Returns its id."""
-    import pandas as pd
+    def traces(client, exp: str, run_id: str) -> None:
+        if episodes:
+            traced = log_game_traces(tracking, exp, run_id, episodes)
+            print(f"{len(traced)} games traced in MLflow")
 
-    client = MlflowClient(tracking_uri=tracking)
-    exp = _experiment_id(client, experiment, None)
-    run_id = client.create_run(exp, run_name=redact_text(name),
-                               tags={"mars.kind": "arena", **(tags or {})}).info.run_id
-    client.log_batch(run_id, params=as_params(params))
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[
-        Metric(_metric_key(key, r["agent"]), float(r[key]), now, 0)
-        for r in rows for key in ("rating", "mu", "sigma", "clean_rating", "win_rate",
-                                  "error_rate", "timeout_rate")])
-    client.log_table(run_id, pd.DataFrame(rows), "leaderboard.json")
-    for f in files:
-        client.log_artifact(run_id, str(f))
-    for path, folder in folders.items():
-        client.log_artifacts(run_id, str(folder), path)
-    if episodes:
-        traced = log_game_traces(tracking, exp, run_id, episodes)
-        print(f"{len(traced)} games traced in MLflow")
-    client.set_terminated(run_id)
-    return run_id
+    return log_one_run(tracking, experiment, name, {"mars.kind": "arena", **(tags or {})},
+                       params=params, metrics=[
+                           (_metric_key(key, r["agent"]), r[key])
+                           for r in rows for key in ("rating", "mu", "sigma", "clean_rating",
+                                                     "win_rate", "error_rate", "timeout_rate")],
+                       tables={"leaderboard.json": rows}, files=files, folders=folders,
+                       then=traces)

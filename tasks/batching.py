@@ -6,9 +6,10 @@
 stay out) to the episodes bank, `runs/<run>/bank/iter_<k>.parquet`. `build_batch` draws the
 training batch from the bank's last `batching.window` iterations (round-robin by game, reward
 bins, per-episode cap; steps of earlier batches excluded unless `batching.reuse`) and logs its
-composition. `compute_advantages` runs the configured estimator on the batch; a stateful
-estimator (RAE) reads its state from the policy's checkpoint and writes the updated state,
-which `train_step` saves into the next checkpoint, so a resumed run continues it exactly.
+composition. `compute_advantages` runs the configured estimator's record on the batch
+(`mars_core.estimators`); a stateful one (RAE) gets its state from the policy's checkpoint and
+its updated state is written out, which `train_step` saves into the next checkpoint, so a
+resumed run continues it exactly.
 """
 from __future__ import annotations
 
@@ -18,58 +19,43 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.advantages import compute_advantages as estimate, rae_update
-from mars_core.batching import (bank_add, bank_read, build_batch as draw, composition_metrics,
-                                trainable_steps, with_step_ids)
-from mars_core.checkpoint import load_estimator_state
+from mars_core.bank import bank_add, bank_read, trainable_steps
+from mars_core.batching import build_batch as draw, composition_metrics, with_step_ids
+from mars_core.checkpoint import ESTIMATOR_STATE, load_estimator_state
+from mars_core.estimators import estimator
+from mars_core.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
+                              BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
+                              TURNS_FILE, stage_dir)
+from mars_core.seeds import Stream
 from mars_core.stages import write_json
 from tasks.common import PUBLISH_RETRY, derive_seed, policy_at, run_stage
-from tasks.paths import read_config, stage_dir
-from tasks.postprocess import STAGE as REWARDS
-
-BANK, BATCH, STAGE = "bank_episodes", "build_batch", "compute_advantages"
-BATCH_FILE, SAMPLES_FILE, STATE_FILE = "batch.parquet", "samples.parquet", "estimator_state.json"
+from tasks.paths import read_config
 
 
 def bank_dir(run_dir: str) -> Path:
-    return Path(run_dir) / "bank"
+    return Path(run_dir) / BANK_DIR
 
 
-def advantage_options(cfg, state: dict | None = None) -> dict:
-    """The estimator's options from the config (group keys only where the user set them)."""
-    a = cfg.algorithm
-    options: dict = {}
-    if a.group_keys is not None:
-        options["group_keys"] = tuple(a.group_keys)
-    if a.estimator in ("mars", "mars_shared"):
-        options["normalize_std"] = a.normalize_std
-    if a.estimator == "rae":
-        options["baselines"] = state or {}
-    return options
-
-
-@task(name="bank_episodes", task_run_name="bank_episodes iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=BANK_EPISODES + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def bank_episodes(run_dir: str, k: int) -> dict:
     """Iteration k's trainable policy steps into the episodes bank (idempotent on resume): the
     eligible ones with completion tokens, carrying the rewards of those without (a context
     overflow's penalty lands on the seat's last trainable turn, `trainable_steps`)."""
     def body(out: Path) -> dict:
-        turns = pl.read_parquet(stage_dir(run_dir, k, REWARDS) / "turns.parquet")
+        turns = pl.read_parquet(stage_dir(run_dir, k, ASSIGN_REWARDS) / TURNS_FILE)
         steps, counts = trainable_steps(turns)
         steps = with_step_ids(steps)
         path = bank_add(bank_dir(run_dir), k, steps)
-        write_json(out / "bank.json", {"part": str(path), "steps": len(steps), **counts})
+        write_json(out / BANK_FILE, {"part": str(path), "steps": len(steps), **counts})
         return {"bank/steps_added": float(len(steps)),
                 "bank/episodes_added": float(steps["episode_id"].n_unique()),
                 "bank/tokenless_carried": float(counts["carried"]),
                 "bank/tokenless_lost": float(counts["lost"])}
 
-    return run_stage(run_dir, k, BANK, body, step=k)
+    return run_stage(run_dir, k, BANK_EPISODES, body, step=k)
 
 
-@task(name="build_batch", task_run_name="build_batch iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=BUILD_BATCH + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def build_batch(run_dir: str, k: int) -> dict:
     """Iteration k's training batch, drawn from the bank; its composition is logged."""
     cfg = read_config(Path(run_dir))
@@ -81,36 +67,34 @@ def build_batch(run_dir: str, k: int) -> dict:
         used: set[str] = set()
         if not b.reuse:
             for j in range(first, k):
-                used |= set(pl.read_parquet(stage_dir(run_dir, j, BATCH) / BATCH_FILE,
+                used |= set(pl.read_parquet(stage_dir(run_dir, j, BUILD_BATCH) / BATCH_FILE,
                                             columns=["step_id"])["step_id"])
-        batch, comp = draw(pool, unit=b.unit, size=b.size, seed=derive_seed(cfg, k, 5),
+        batch, comp = draw(pool, unit=b.unit, size=b.size,
+                           seed=derive_seed(cfg, Stream.BATCHING, k),
                            max_steps_per_episode=b.max_steps_per_episode,
                            reward_bins=b.reward_bins, exclude=used)
         batch.write_parquet(out / BATCH_FILE)
-        write_json(out / "composition.json", comp)
+        write_json(out / COMPOSITION_FILE, comp)
         return composition_metrics(comp)
 
-    return run_stage(run_dir, k, BATCH, body, step=k)
+    return run_stage(run_dir, k, BUILD_BATCH, body, step=k)
 
 
-@task(name="compute_advantages", task_run_name="compute_advantages iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=COMPUTE_ADVANTAGES + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def compute_advantages(run_dir: str, k: int) -> dict:
     """Advantages of the batch by the configured estimator; the samples the trainer reads."""
     cfg = read_config(Path(run_dir))
     a = cfg.algorithm
 
     def body(out: Path) -> dict:
-        batch = pl.read_parquet(stage_dir(run_dir, k, BATCH) / BATCH_FILE)
+        est = estimator(a.estimator)
+        batch = pl.read_parquet(stage_dir(run_dir, k, BUILD_BATCH) / BATCH_FILE)
         state = load_estimator_state(policy_at(run_dir, k)) if k > 0 else {}
-        with_adv = estimate(batch, a.estimator, **advantage_options(cfg, state.get(a.estimator)))
-        metrics: dict[str, float] = {}
-        if a.estimator == "rae":
-            keys = tuple(a.group_keys or ("game", "role"))
-            new = rae_update(state.get("rae") or {}, batch, group_keys=keys, decay=a.rae_decay)
-            state = {**state, "rae": new}
-            metrics |= {f"rae/baseline/{key.replace('|', '/')}": v for key, v in new.items()}
-        write_json(out / STATE_FILE, state)
+        with_adv, new = est.estimate(batch, est.options(a), state.get(est.name))
+        if est.stateful:
+            state = {**state, est.name: new}
+        metrics: dict[str, float] = est.state_metrics(new)
+        write_json(out / ESTIMATOR_STATE, state)
         if a.drop_zero_advantage:
             metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
             with_adv = with_adv.filter(pl.col("advantage") != 0)
@@ -124,4 +108,4 @@ def compute_advantages(run_dir: str, k: int) -> dict:
                           "batch/advantage_std": float(adv.std() or 0.0),
                           "batch/advantage_abs_max": float(adv.abs().max() or 0.0)}
 
-    return run_stage(run_dir, k, STAGE, body, step=k)
+    return run_stage(run_dir, k, COMPUTE_ADVANTAGES, body, step=k)

@@ -10,12 +10,14 @@ from mars_core.config import Config
 from mars_core.rollout import PromptBuilder
 from mars_core.stages import (PUBLISHED, StageError, fault_point, is_done, read_json,
                               stage_output, verify_stage, write_json)
+from mars_core.seeds import Stream, stream_seed
 from mars_core.trainer import bf16_supported
 from mars_core.types import SamplingParams
-from tasks.paths import checkpoint_dir, finished_stages, is_heavy, stage_dir
+from mars_core.layout import (FINAL, INIT, METRICS_FILE, POLICY_FILE, PREPARE_POLICY,
+                              SAVE_CHECKPOINT, checkpoint_dir, finished_stages,
+                              iter_name, iteration_of, stage_dir)
+from mars_core.checkpoint import is_heavy
 from tasks.tracking import log_artifacts, log_dataset, log_metrics_once
-
-METRICS = "metrics.json"
 
 
 def _publishing_failed(task, task_run, state) -> bool:
@@ -48,10 +50,10 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
         with stage_output(final, fault=f"{stage}:{k}") as out:
             metrics = body(out)
             metrics[f"time/{stage}"] = time.perf_counter() - start
-            write_json(out / METRICS, metrics)
+            write_json(out / METRICS_FILE, metrics)
             _fault_pause(f"{stage}:{k}", out)
         fault_point(f"end:{stage}:{k}")
-    metrics = read_json(final / METRICS)
+    metrics = read_json(final / METRICS_FILE)
     publish_stage(run_dir, final, metrics, step, artifacts, artifact_path, run_id, datasets)
     return metrics
 
@@ -95,7 +97,7 @@ def check_finished_stages(run_dir: Path) -> None:
         problem = verify_stage(folder, hashes=folder in deep, may_be_gone=is_heavy)
         if problem is None:
             continue
-        redo = i - 1 if folder.name == "save_checkpoint" and i > 0 else i  # its train_step too
+        redo = i - 1 if folder.name == SAVE_CHECKPOINT and i > 0 else i  # its train step too
         _redo_from(run_dir, stages[redo:], problem)
         return
 
@@ -103,19 +105,20 @@ def check_finished_stages(run_dir: Path) -> None:
 def _deep_checked(stages: list[Path]) -> set[Path]:
     """The stages a resume reads: the start policy, the newest checkpoint, the last iteration
     and the final stages (hashing every old stage would cost more than it protects)."""
-    deep = {s for s in stages if s.name == "prepare_policy" or s.parent.name == "final"}
-    ckpts = [s for s in stages if s.name == "save_checkpoint"]
+    deep = {s for s in stages if s.name == PREPARE_POLICY or s.parent.name == FINAL}
+    ckpts = [s for s in stages if s.name == SAVE_CHECKPOINT]
     if ckpts:
         deep.add(ckpts[-1])
-    last_iter = max((s.parent for s in stages if s.parent.name.startswith("iter_")), default=None)
+    last_iter = max((s.parent for s in stages if iteration_of(s.parent.name) is not None),
+                    default=None)
     deep |= {s for s in stages if s.parent == last_iter}
     return deep
 
 
 def _redo_from(run_dir: Path, stages: list[Path], problem: str) -> None:
     first = stages[0]
-    if first.parent.name.startswith("iter_"):
-        k = int(first.parent.name.removeprefix("iter_"))
+    k = iteration_of(first.parent.name)
+    if k is not None:
         needs = checkpoint_dir(run_dir, k - 1) if k > 0 else None
         if needs is not None and not any(needs.glob("*.safetensors")):
             raise StageError(f"{problem}; redoing it needs the weights of {needs}, which were "
@@ -148,7 +151,7 @@ def use_bf16(cfg: Config) -> bool:
 
 def initial_policy(run_dir: Path) -> str:
     """The policy RL starts from (the warmed-up model where there is a warm-up)."""
-    return read_json(stage_dir(run_dir, "init", "prepare_policy") / "policy.json")["path"]
+    return read_json(stage_dir(run_dir, INIT, PREPARE_POLICY) / POLICY_FILE)["path"]
 
 
 def policy_at(run_dir: Path, k: int) -> str:
@@ -164,7 +167,7 @@ def frozen_snapshots(run_dir: Path, k: int) -> dict[str, str]:
     for j in range(k - 1):
         folder = checkpoint_dir(run_dir, j)
         if any(folder.glob("*.safetensors")):
-            snapshots[f"iter_{j:04d}"] = str(folder)
+            snapshots[iter_name(j)] = str(folder)
     return snapshots
 
 
@@ -180,14 +183,12 @@ def sampling(cfg: Config, seed: int, temperature: float | None = None) -> Sampli
 def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None):
     """The engine that samples from the model at `path`: in process (`hf`), or the run's vLLM
     server made to serve `path` (`vllm`; reloaded in place when it holds other weights)."""
-    if (backend or cfg.engine.backend) == "vllm":
-        engine = vllm_engine(cfg, path, log_dir)
-        engine.serve(path)
-        return engine
-    from mars_core.engines.hf import HFEngine
+    from mars_core.engines.build import build_engine
 
-    return HFEngine.from_path(path, batch_size=cfg.rollout.engine_batch_size,
-                              autocast_bf16=use_bf16(cfg), share_prefix=cfg.model.share_prefix)
+    return build_engine(path, backend=backend or cfg.engine.backend,
+                        vllm=lambda p: vllm_engine(cfg, p, log_dir),
+                        batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg),
+                        share_prefix=cfg.model.share_prefix)
 
 
 _VLLM_ENGINES: dict[str, object] = {}  # engine.vllm settings -> its engine, one per process
@@ -218,7 +219,7 @@ def vllm_engine(cfg: Config, path: str, log_dir: Path | None = None):
 
 
 def _vllm_client(v, url: str, tokenizer, api_key: str | None, served=None, server=None):
-    from mars_core.engines.vllm_server import VLLMEngine
+    from mars_core.engines.vllm_client import VLLMEngine
 
     return VLLMEngine(url, tokenizer, max_concurrency=v.max_concurrency,
                       timeout_s=v.request_timeout_s, served=served, server=server, api_key=api_key)
@@ -283,9 +284,6 @@ def shutdown_engines() -> None:
                 server.stop()
 
 
-def derive_seed(cfg: Config, *parts: int) -> int:
-    """A reproducible seed for one stage of one iteration."""
-    seed = cfg.run.seed
-    for p in parts:
-        seed = (seed * 1_000_003 + p) % (2**31 - 1)
-    return seed
+def derive_seed(cfg: Config, stream: Stream, k: int | None = None) -> int:
+    """The run's seed for `stream` (at iteration or step `k`): `mars_core.seeds`."""
+    return stream_seed(cfg.run.seed, stream, k)

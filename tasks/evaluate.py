@@ -9,18 +9,21 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.evaluation import (check_suite, strength_markdown, strength_rows, suite_records,
-                                  suite_specs)
+from mars_core.games.opponents import check_suite
+from mars_core.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
+                              STRENGTH_MD, read_episodes, stage_dir, write_episodes)
 from mars_core.reports import transcript
 from mars_core.rollout import RolloutStats, play_episodes
+from mars_core.seeds import Stream
 from mars_core.stages import is_done, read_json, write_json
+from mars_core.strength import strength_markdown, strength_rows, suite_records, suite_specs
+from mars_core.vocab import POLICY
 from tasks.common import PUBLISH_RETRY, derive_seed, make_engine, prompt_builder, run_stage, sampling
-from tasks.paths import read_config, stage_dir
-from tasks.rollout import play_shard, read_episodes, sharded_episodes, write_episodes
+from tasks.paths import read_config
+from tasks.rollout import play_shard, sharded_episodes
 from tasks.shards import drop_shards, shard_slices
 from tasks.tracking import log_metrics_once, nested_run, set_terminated
 
-STAGE = "evaluate"
 _KEYS = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "mean_return", "ci95",
          "normalized_return")
 
@@ -31,8 +34,7 @@ def eval_prefix(cfg, game: str, opponent: str) -> str:
     return f"eval/{game}/{opponent}/" if several else f"eval/{game}/"
 
 
-@task(name="evaluate", task_run_name="evaluate step {step}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name="evaluate step {step}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     """Evaluate `policy` (stage folder `<k>/evaluate`) and log `eval/...` at `step`."""
     cfg = read_config(Path(run_dir))
@@ -42,7 +44,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         metrics = {}
         if cfg.cluster.sharded:
             episodes, _, metrics = sharded_episodes(
-                stage_dir(run_dir, k, STAGE), len(specs), cfg.cluster, evaluate_shard,
+                stage_dir(run_dir, k, EVALUATE), len(specs), cfg.cluster, evaluate_shard,
                 {"run_dir": run_dir, "k": k, "policy": policy, "step": step}, "evaluate")
         else:
             episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs)
@@ -52,14 +54,14 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
             (out / f"transcripts_{game}.md").write_text(
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
-        write_json(out / "results.json", records)
+        write_json(out / RESULTS_FILE, records)
         return metrics | {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}":
                           r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
-    files = ("results.json", *(f"transcripts_{game}.md" for game in cfg.rollout.games))
-    metrics = run_stage(run_dir, k, STAGE, body, step=step, artifacts=files, run_id=child)
-    drop_shards(stage_dir(run_dir, k, STAGE))  # merged into the stage folder
+    files = (RESULTS_FILE, *(f"transcripts_{game}.md" for game in cfg.rollout.games))
+    metrics = run_stage(run_dir, k, EVALUATE, body, step=step, artifacts=files, run_id=child)
+    drop_shards(stage_dir(run_dir, k, EVALUATE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too
     set_terminated(Path(run_dir), child)  # the nested run is complete (idempotent)
     return metrics
@@ -68,13 +70,14 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 def _plan(cfg):
     """The evaluation's episodes (the same deals at every step) and their suite cells."""
     suite = {game: cfg.evaluation.opponents_for(game) for game in cfg.rollout.games}
-    check_suite(suite, "policy")
-    return suite_specs(suite, "policy", cfg.evaluation.games_per_seat, derive_seed(cfg, 7))
+    check_suite(suite, POLICY)
+    return suite_specs(suite, POLICY, cfg.evaluation.games_per_seat,
+                       derive_seed(cfg, Stream.EVALUATION_DEALS))
 
 
 def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list):
     """`specs` played by `policy`: (episodes, stats, seconds spent loading the engine)."""
-    e, seed = cfg.evaluation, derive_seed(cfg, step, 5)
+    e, seed = cfg.evaluation, derive_seed(cfg, Stream.EVALUATION_SAMPLING, step)
     start = time.perf_counter()
     engine = make_engine(cfg, policy, log_dir=Path(run_dir))
     load_s, stats = time.perf_counter() - start, RolloutStats()
@@ -84,8 +87,7 @@ def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list):
     return episodes, stats, load_s
 
 
-@task(name="evaluate_shard", task_run_name="evaluate_shard step {step} {shard}/{shards}",
-      cache_policy=NO_CACHE)
+@task(task_run_name="evaluate_shard step {step} {shard}/{shards}", cache_policy=NO_CACHE)
 def evaluate_shard(run_dir: str, k: int | str, policy: str, step: int, shard: int,
                    shards: int) -> dict:
     """Slice `shard` of `shards` of the evaluation's deals, played by `policy` with its own
@@ -97,23 +99,23 @@ def evaluate_shard(run_dir: str, k: int | str, policy: str, step: int, shard: in
         mine = [specs[i] for i in shard_slices(len(specs), shards)[shard]]
         return _play_evaluation(cfg, run_dir, policy, step, mine)
 
-    return play_shard(stage_dir(run_dir, k, STAGE), shard, play)
+    return play_shard(stage_dir(run_dir, k, EVALUATE), shard, play)
 
 
 def evaluation_records(run_dir: str, k: int | str) -> list[dict]:
     """The per-game, per-opponent, per-seat records of the evaluation after iteration `k`
     (`"init"`: of the start policy)."""
-    return read_json(stage_dir(run_dir, k, STAGE) / "results.json")
+    return read_json(stage_dir(run_dir, k, EVALUATE) / RESULTS_FILE)
 
 
 def learning_curve(run_dir: str) -> list[dict]:
     """One row per finished evaluation: iterations trained, then each game and opponent's
     normalized return (mean over seats, 0-100)."""
     cfg = read_config(Path(run_dir))
-    points = [("init", 0)] + [(k, k + 1) for k in range(cfg.run.iterations)]
+    points = [(INIT, 0)] + [(k, k + 1) for k in range(cfg.run.iterations)]
     rows = []
     for k, trained in points:
-        if not is_done(stage_dir(run_dir, k, STAGE)):
+        if not is_done(stage_dir(run_dir, k, EVALUATE)):
             continue
         by: dict[str, list[float]] = {}
         for r in evaluation_records(run_dir, k):
@@ -122,7 +124,7 @@ def learning_curve(run_dir: str) -> list[dict]:
     return rows
 
 
-@task(name="compare_strength", cache_policy=NO_CACHE, **PUBLISH_RETRY)
+@task(cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def compare_strength(run_dir: str) -> str:
     """The start policy against the final checkpoint on the same deals (`final/strength/`):
     each one's normalized return with its 95% interval and their paired difference, per game
@@ -132,10 +134,10 @@ def compare_strength(run_dir: str) -> str:
     last = cfg.run.iterations - 1
 
     def body(out: Path) -> dict:
-        rows = strength_rows({"start": read_episodes(stage_dir(run_dir, "init", STAGE)),
-                              "final": read_episodes(stage_dir(run_dir, last, STAGE))}, "start")
-        write_json(out / "strength.json", rows)
-        (out / "strength.md").write_text(strength_markdown(rows, "start"))
+        rows = strength_rows({"start": read_episodes(stage_dir(run_dir, INIT, EVALUATE)),
+                              "final": read_episodes(stage_dir(run_dir, last, EVALUATE))}, "start")
+        write_json(out / STRENGTH_JSON, rows)
+        (out / STRENGTH_MD).write_text(strength_markdown(rows, "start"))
         start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}
         metrics = {}
         for r in (r for r in rows if r["policy"] == "final"):
@@ -145,6 +147,6 @@ def compare_strength(run_dir: str) -> str:
                         f"{key}/diff_ci95": r["diff_ci95"]}
         return metrics
 
-    run_stage(run_dir, "final", "strength", body, step=cfg.run.iterations,
-              artifacts=("strength.json", "strength.md"), artifact_path="strength")
-    return (stage_dir(run_dir, "final", "strength") / "strength.md").read_text()
+    run_stage(run_dir, FINAL, STRENGTH, body, step=cfg.run.iterations,
+              artifacts=(STRENGTH_JSON, STRENGTH_MD), artifact_path=STRENGTH)
+    return (stage_dir(run_dir, FINAL, STRENGTH) / STRENGTH_MD).read_text()

@@ -7,34 +7,28 @@ import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load, source_of
 from eval.mas import read_records, run_suite, summarize, wilson, write_records
 from mars_core.config_cluster import ClusterConfig
-from mars_core.engines.chat import ChatParams, HFChatEngine, OpenAIChatEngine, is_endpoint
+from mars_core.engines.chat import ChatParams, is_endpoint
 from tasks.common import bf16_wanted
 from tasks.shards import run_shards, shard_slices
-from mars_core.redact import redact_text
-from tasks.tracking import _experiment_id, _metric_key, as_params
+from tasks.tracking import _metric_key, log_one_run
 from tasks.traces import log_conversation_traces
 
 
 def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
     """`model` is a local model folder or an endpoint URL (`http://host:port`, the server's
     first model; `http://host:port#NAME` picks model NAME)."""
-    if is_endpoint(model):
-        url, _, name = model.partition("#")
-        return OpenAIChatEngine(url, name or None, max_concurrency=max(batch_size * 8, 1))
-    from mars_core.engines.hf import HFEngine
+    from mars_core.engines.build import build_engine
 
-    return HFChatEngine(HFEngine.from_path(model, batch_size=batch_size,
-                                           autocast_bf16=bf16_wanted(bf16)))
+    return build_engine(model, batch_size=batch_size, bf16=bf16_wanted(bf16), chat=True)
 
 
-@task(name="mas_shard", task_run_name="mas_shard {model}: questions {start}-{stop}",
+@task(task_run_name="mas_shard {model}: questions {start}-{stop}",
       cache_policy=NO_CACHE)
 def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int | None,
               data_dir: str | None, gpqa_path: str | None, max_tokens: int, seed: int,
@@ -48,7 +42,7 @@ def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int 
                                   max_batch=max(batch_size * 8, 1), progress=print)
 
 
-@task(name="mas_evaluate", cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE)
 def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[str],
                  out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
                  gpqa_path: str | None = None, max_tokens: int = 8192, seed: int = 0,
@@ -87,10 +81,6 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
             "sources": {b: source_of(b, data_dir, gpqa_path) for b in benchmarks}}
 
 
-def _params(client: MlflowClient, run_id: str, params: dict) -> None:
-    client.log_batch(run_id, params=as_params(params))
-
-
 def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: list[dict],
             table: list[dict], files: list[Path], extra_metrics: dict | None = None) -> str:
     """One MLflow run for one evaluation: params, the comparison table (MLflow table and
@@ -98,46 +88,33 @@ def log_mas(tracking: str, experiment: str, name: str, params: dict, reports: li
     `ci95/...`, `calls/...`, `tokens/...`, its transcripts, and one MLflow trace per
     conversation (`tasks.traces`: a span per agent turn, linked to the nested run; gated
     benchmarks' text withheld). Returns the parent run id."""
-    import pandas as pd
+    kind = {"mars.kind": "mas-eval"}
+    metrics = [(_metric_key(k), v) for k, v in (extra_metrics or {}).items()]
+    metrics += [(_metric_key("avg", row["model"], row["system"]), row["avg"])
+                for row in table if row.get("avg") is not None]
 
-    client = MlflowClient(tracking_uri=tracking)
-    exp = _experiment_id(client, experiment, None)
-    parent = client.create_run(exp, run_name=redact_text(name), tags={"mars.kind": "mas-eval"}).info.run_id
-    _params(client, parent, params)
-    now = int(time.time() * 1000)
-    metrics = [Metric(_metric_key(k), float(v), now, 0) for k, v in (extra_metrics or {}).items()]
-    for row in table:
-        if row.get("avg") is not None:
-            metrics.append(Metric(_metric_key("avg", row["model"], row["system"]),
-                                  float(row["avg"]), now, 0))
-    client.log_batch(parent, metrics=metrics)
-    client.log_table(parent, pd.DataFrame(table), "comparison_table.json")
-    for f in files:
-        client.log_artifact(parent, str(f))
-    for rep in reports:
-        child = client.create_run(exp, run_name=redact_text(f"{name} / {rep['label']}"),
-                                  tags={"mlflow.parentRunId": parent, "mars.kind": "mas-eval",
-                                        "mars.model": rep["model"]}).info.run_id
-        _params(client, child, {"model": rep["model"], "engine": rep["engine"]})
-        cell = []
-        for r in rep["rows"]:
-            for key, value in (("accuracy", r["accuracy"]), ("ci95", r["ci95"]),
-                               ("calls", r["calls"]),
-                               ("tokens", r["prompt_tokens"] + r["completion_tokens"])):
-                cell.append(Metric(_metric_key(key, r["system"], r["benchmark"]), float(value),
-                                   now, 0))
-        cell.append(Metric("seconds", float(rep["seconds"]), now, 0))
-        client.log_batch(child, metrics=cell)
-        client.log_table(child, pd.DataFrame(rep["rows"]), "mas_results.json")
-        client.log_artifacts(child, rep["records"], "transcripts")
-        answered = read_records(Path(rep["records"]))  # as written: gated text already gone
-        log_question_sets(client, child, answered, rep.get("sources", {}))
-        traced = log_conversation_traces(tracking, exp, child, answered, rep["model"],
-                                         set(rep.get("gated", ())))
-        print(f"{rep['label']}: {len(traced)} conversations traced in MLflow")
-        client.set_terminated(child)
-    client.set_terminated(parent)
-    return parent
+    def per_model(client: MlflowClient, exp: str, parent: str) -> None:
+        for rep in reports:
+            def questions_and_traces(client: MlflowClient, exp: str, child: str, rep=rep) -> None:
+                answered = read_records(Path(rep["records"]))  # as written: gated text already gone
+                log_question_sets(client, child, answered, rep.get("sources", {}))
+                traced = log_conversation_traces(tracking, exp, child, answered, rep["model"],
+                                                 set(rep.get("gated", ())))
+                print(f"{rep['label']}: {len(traced)} conversations traced in MLflow")
+
+            cell = [(_metric_key(key, r["system"], r["benchmark"]), value) for r in rep["rows"]
+                    for key, value in (("accuracy", r["accuracy"]), ("ci95", r["ci95"]),
+                                       ("calls", r["calls"]),
+                                       ("tokens", r["prompt_tokens"] + r["completion_tokens"]))]
+            log_one_run(client, experiment, f"{name} / {rep['label']}",
+                        {**kind, "mars.model": rep["model"]}, parent=parent,
+                        params={"model": rep["model"], "engine": rep["engine"]},
+                        metrics=cell + [("seconds", rep["seconds"])],
+                        tables={"mas_results.json": rep["rows"]},
+                        folders={"transcripts": rep["records"]}, then=questions_and_traces)
+
+    return log_one_run(tracking, experiment, name, kind, params=params, metrics=metrics,
+                       tables={"comparison_table.json": table}, files=files, then=per_model)
 
 
 def log_question_sets(client: MlflowClient, run_id: str, answered: list,
@@ -173,10 +150,10 @@ def write_results(out: Path, config: dict, reports: list[dict], table: list[dict
     out.write_text(json.dumps(body, indent=1))
 
 
-@task(name="lm_eval_harness", cache_policy=NO_CACHE)
-def harness_task(model: str, benchmarks: list[str], *, limit: int | None, max_tokens: int,
-                 batch_size: int, data_dir: str | None, gpqa_path: str | None,
-                 seed: int) -> dict:
+@task(cache_policy=NO_CACHE)
+def evaluate_harness(model: str, benchmarks: list[str], *, limit: int | None, max_tokens: int,
+                     batch_size: int, data_dir: str | None, gpqa_path: str | None,
+                     seed: int) -> dict:
     """lm-evaluation-harness on our benchmark files (eval/harness.py), against a local model
     folder or an endpoint URL. Accuracy is printed with its 95% Wilson interval (the grades
     are 0/1; the normal `1.96 * stderr` has no width at 0% or 100% and is too narrow at small
@@ -197,16 +174,11 @@ def harness_task(model: str, benchmarks: list[str], *, limit: int | None, max_to
 
 def log_harness(tracking: str, experiment: str, spec: str, result: dict, out: Path) -> str:
     """One MLflow run: `harness/<benchmark>/accuracy` (%) and `.../stderr`, the results file."""
-    client = MlflowClient(tracking_uri=tracking)
-    exp = _experiment_id(client, experiment, None)
-    run_id = client.create_run(exp, run_name=redact_text(f"lm-eval {spec}"),
-                               tags={"mars.kind": "lm-eval", "mars.model": spec}).info.run_id
-    _params(client, run_id, {"model": spec, **{k: v for k, v in result["config"].items()
-                                               if k not in ("sampling", "tasks")}})
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[
-        Metric(_metric_key("harness", bench, key), 100.0 * float(r[key]), now, 0)
-        for bench, r in result["benchmarks"].items() for key in ("accuracy", "stderr")])
-    client.log_artifact(run_id, str(out))
-    client.set_terminated(run_id)
-    return run_id
+    return log_one_run(tracking, experiment, f"lm-eval {spec}",
+                       {"mars.kind": "lm-eval", "mars.model": spec},
+                       params={"model": spec, **{k: v for k, v in result["config"].items()
+                                                 if k not in ("sampling", "tasks")}},
+                       metrics=[(_metric_key("harness", bench, key), 100.0 * float(r[key]))
+                                for bench, r in result["benchmarks"].items()
+                                for key in ("accuracy", "stderr")],
+                       files=[out])

@@ -1,6 +1,6 @@
-"""Where a run keeps its files: `runs/<run>/...`. One place, so tasks and flows agree.
+"""Who may use a run folder, and its config (the folder's layout: `mars_core.layout`).
 
-Also who may use a run folder: run names are plain (letters, digits, `.`, `_`, `-`), and one
+Run names are plain (letters, digits, `.`, `_`, `-`), and one
 process at a time holds a run folder's lock (`.lock`, an advisory `flock`: the kernel drops it
 when its holder dies, so a lock left by a killed process is simply taken over).
 """
@@ -15,9 +15,7 @@ import time
 from pathlib import Path
 
 from mars_core.config import Config, ConfigError, config_diff, dump_config, load_config
-
-CONFIG_FILE = "config.yaml"
-LOCK_FILE = ".lock"
+from mars_core.layout import CONFIG_FILE, LOCK_FILE
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -38,48 +36,6 @@ def run_dir_for(runs_dir: str | Path, name: str, what: str = "--run-name") -> Pa
     return Path(runs_dir) / check_run_name(name, what)
 
 
-def iter_dir(run_dir: Path, k: int) -> Path:
-    return Path(run_dir) / f"iter_{k:04d}"
-
-
-def stage_dir(run_dir: Path, k: int | str, stage: str) -> Path:
-    base = iter_dir(run_dir, k) if isinstance(k, int) else Path(run_dir) / k
-    return base / stage
-
-
-def checkpoint_dir(run_dir: Path, k: int) -> Path:
-    """The published checkpoint of iteration k (weights, tokenizer, trainer state)."""
-    return iter_dir(run_dir, k) / "save_checkpoint"
-
-
-# The stages of a run in the order they run (folder names): `init/`, each `iter_k/`, `final/`.
-INIT_STAGES = ("prepare_policy", "evaluate")
-ITERATION_STAGES = ("generate_rollouts", "build_players", "filter_steps", "assign_rewards",
-                    "bank_episodes", "build_batch", "compute_advantages", "replays", "train_step",
-                    "save_checkpoint", "evaluate")
-FINAL_STAGES = ("model", "strength")
-
-
-def finished_stages(run_dir: Path) -> list[Path]:
-    """The run's finished stage folders, in the order they ran."""
-    from mars_core.stages import is_done
-
-    run_dir = Path(run_dir)
-    groups = [(run_dir / "init", INIT_STAGES)]
-    groups += [(d, ITERATION_STAGES) for d in sorted(run_dir.glob("iter_[0-9][0-9][0-9][0-9]"))]
-    groups.append((run_dir / "final", FINAL_STAGES))
-    return [base / s for base, names in groups for s in names if is_done(base / s)]
-
-
-def is_heavy(name: str) -> bool:
-    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder included): what pruning
-    removes from old checkpoints. `name`: a file name or a path relative to the checkpoint."""
-    from mars_core.checkpoint import DEEPSPEED_STATE, TRAINER_STATE
-
-    first = Path(name).parts[0]
-    return first.endswith(".safetensors") or first in (TRAINER_STATE, DEEPSPEED_STATE)
-
-
 # The configs this process was given, by run folder: they hold the real secrets, which
 # config.yaml does not (mars_core.redact). Tasks in this process read these.
 _LIVE: dict[str, Config] = {}
@@ -90,12 +46,13 @@ def read_config(run_dir: Path) -> Config:
     return live if live is not None else load_config(Path(run_dir) / CONFIG_FILE)
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
-    """Create the run directory with its config, or check that an existing one was made with
-    the same config. Returns True when the run already existed (a resume)."""
+def check_run_dir(run_dir: Path, cfg: Config) -> list[str] | None:
+    """What `prepare_run_dir` would refuse, found without writing anything: a run folder made
+    with another config, or a folder that is no run. None for a new run, else a run to resume
+    and how its config differs (only where the games run, `cluster.*`: the results are the
+    same)."""
     run_dir = Path(run_dir)
     saved = run_dir / CONFIG_FILE
-    _LIVE[str(run_dir.resolve())] = cfg
     if saved.is_file():
         try:
             old = load_config(saved)
@@ -105,13 +62,24 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
         if any(not k.startswith("cluster.") for k in diff):
             raise RunDirError(f"run directory {run_dir} was created with a different config "
                               f"(differs in: {', '.join(diff[:5])}); choose another --run-name")
-        if diff:  # only where the games run (shards, the Ray cluster): the results are the same
-            _write_config(saved, cfg)
-        return True
+        return diff
     if run_dir.exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not a run directory (no {CONFIG_FILE})")
+    return None
+
+
+def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
+    """Create the run directory with its config, or check that an existing one was made with
+    the same config. Returns True when the run already existed (a resume)."""
+    run_dir = Path(run_dir)
+    _LIVE[str(run_dir.resolve())] = cfg
+    diff = check_run_dir(run_dir, cfg)
+    if diff is not None:
+        if diff:  # a resume on other shards or another cluster
+            _write_config(run_dir / CONFIG_FILE, cfg)
+        return True
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(saved, cfg)
+    _write_config(run_dir / CONFIG_FILE, cfg)
     return False
 
 

@@ -17,16 +17,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core import postprocess as pp
+from mars_core.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS, GENERATE_ROLLOUTS,
+                              PLAYERS_FILE, read_episodes, stage_dir, write_episodes)
+from mars_core.vocab import POLICY
 from tasks.common import PUBLISH_RETRY, run_stage
-from tasks.paths import read_config, stage_dir
-from tasks.rollout import STAGE as ROLLOUT, read_episodes, write_episodes
-
-PLAYERS, FILTER, STAGE = "build_players", "filter_steps", "assign_rewards"
-PLAYERS_FILE = "players.parquet"
+from tasks.paths import read_config
 
 
 def _players(run_dir: str, k: int) -> dict[str, tuple[pp.PlayerResult, ...]]:
-    frame = pl.read_parquet(stage_dir(run_dir, k, PLAYERS) / PLAYERS_FILE)
+    frame = pl.read_parquet(stage_dir(run_dir, k, BUILD_PLAYERS) / PLAYERS_FILE)
     by_episode: dict[str, list[pp.PlayerResult]] = {}
     for row in frame.iter_rows(named=True):
         by_episode.setdefault(row["episode_id"], []).append(pp.PlayerResult(**row))
@@ -47,14 +46,13 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-@task(name="build_players", task_run_name="build_players iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=BUILD_PLAYERS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def build_players(run_dir: str, k: int) -> dict:
     """Outcome, responsibility and graded episode reward of every seat of every episode."""
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        results = [r for ep in read_episodes(stage_dir(run_dir, k, ROLLOUT))
+        results = [r for ep in read_episodes(stage_dir(run_dir, k, GENERATE_ROLLOUTS))
                    for r in pp.build_players(ep, cfg.rewards)]
         pp.players_frame(results).write_parquet(out / PLAYERS_FILE)
         mine = [r for r in results if r.trainable]
@@ -66,17 +64,16 @@ def build_players(run_dir: str, k: int) -> dict:
                 metrics[f"players/{game}/{outcome}_rate"] = n / len(rs)
         return metrics
 
-    return run_stage(run_dir, k, PLAYERS, body, step=k)
+    return run_stage(run_dir, k, BUILD_PLAYERS, body, step=k)
 
 
-@task(name="filter_steps", task_run_name="filter_steps iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=FILTER_STEPS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def filter_steps(run_dir: str, k: int) -> dict:
     """Mark every step eligible for training or gated, with the reason."""
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        episodes = _rewrite(run_dir, k, ROLLOUT, pp.filter_steps, cfg, out)
+        episodes = _rewrite(run_dir, k, GENERATE_ROLLOUTS, pp.filter_steps, cfg, out)
         counts = pp.gate_counts(episodes)
         turns = [t for ep in episodes for t in ep.turns]
         metrics = {f"gated/{reason}": float(n) for reason, n in counts.items()}
@@ -88,18 +85,17 @@ def filter_steps(run_dir: str, k: int) -> dict:
                 metrics[f"gated/{game}/{reason}"] = float(n)
         return metrics
 
-    return run_stage(run_dir, k, FILTER, body, step=k)
+    return run_stage(run_dir, k, FILTER_STEPS, body, step=k)
 
 
-@task(name="assign_rewards", task_run_name="assign_rewards iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=ASSIGN_REWARDS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def assign_rewards(run_dir: str, k: int) -> dict:
     """Per-step rewards, computed after the episode (MARS for OpenSpiel, In2AI for TextArena)."""
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        episodes = _rewrite(run_dir, k, FILTER, pp.assign_rewards, cfg, out)
-        turns = [t for ep in episodes for t in ep.turns if t.agent == "policy" and t.eligible]
+        episodes = _rewrite(run_dir, k, FILTER_STEPS, pp.assign_rewards, cfg, out)
+        turns = [t for ep in episodes for t in ep.turns if t.agent == POLICY and t.eligible]
         metrics = {"reward/mean": _mean([t.reward for t in turns]),
                    "reward/game_mean": _mean([t.game_reward for t in turns]),
                    "reward/format_mean": _mean([t.format_reward for t in turns]),
@@ -108,4 +104,4 @@ def assign_rewards(run_dir: str, k: int) -> dict:
             metrics[f"reward/{game}/mean"] = _mean([t.reward for t in turns if t.game == game])
         return metrics
 
-    return run_stage(run_dir, k, STAGE, body, step=k)
+    return run_stage(run_dir, k, ASSIGN_REWARDS, body, step=k)

@@ -18,7 +18,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from mars_core.stages import fault_point, read_json, write_json
-from tasks.tracking import client_for, ensure_run, git_state, retrying
+from mars_core.models import default_cache_dir, resolve_spec
+from tasks.tracking import client_for, ensure_run, git_state, retrying, tracking_uri
 
 CHAT_TASK = "llm/v1/chat"
 MLFLOW_DIR = "mlflow"  # the MLflow model folder inside the final model's stage folder
@@ -95,6 +96,14 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
     client.set_registered_model_alias(name, alias, mv.version)
     write_json(done, {"name": name, "version": int(mv.version), "alias": alias, "source": source})
     return int(mv.version)
+
+
+def local_model(spec: str, tracking: str | None, runs_dir: str | Path) -> str | None:
+    """A local model folder for a policy's or an agent's spec, None for a bot
+    (`mars_core.models.resolve_spec`): `models:/NAME@ALIAS` comes from the registry at
+    `tracking`, else from the local store of `runs_dir` that `mars train` registers into."""
+    return resolve_spec(spec, registry=lambda uri: download_registered(
+        uri, tracking or tracking_uri(Path(runs_dir)), default_cache_dir()))
 
 
 @retrying

@@ -16,12 +16,10 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from mars_core.layout import ADVANTAGES_FILE, REPLAYS, iter_dir, iter_name, write_episodes
 from mars_core.replay import ReplayEpisode, load_replays, pick_spread, write_replays
 from tasks.common import PUBLISH_RETRY, run_stage
-from tasks.paths import iter_dir, read_config
-from tasks.rollout import write_episodes
-
-STAGE = "replays"
+from tasks.paths import read_config
 
 
 def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
@@ -33,11 +31,10 @@ def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
     rows = [{"episode_id": r.episode.episode_id, "turn": t, "advantage": a}
             for r in picked for t, a in sorted((r.advantages or {}).items())]
     pl.DataFrame(rows, schema={"episode_id": pl.Utf8, "turn": pl.Int64,
-                               "advantage": pl.Float64}).write_parquet(out / "advantages.parquet")
+                               "advantage": pl.Float64}).write_parquet(out / ADVANTAGES_FILE)
 
 
-@task(name="replays", task_run_name="replays iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=REPLAYS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def write_iteration_replays(run_dir: str, k: int) -> dict:
     """Iteration k's replay pages (resumable; logged to MLflow once the pages exist)."""
     n = read_config(Path(run_dir)).tracking.replays_per_iteration
@@ -50,5 +47,5 @@ def write_iteration_replays(run_dir: str, k: int) -> dict:
         save_picked(out, picked)
         return {"replays/pages": float(len(pages))}
 
-    return run_stage(run_dir, k, STAGE, body, step=None, artifacts=(".",),
-                     artifact_path=f"replays/iter_{k:04d}")
+    return run_stage(run_dir, k, REPLAYS, body, step=None, artifacts=(".",),
+                     artifact_path=f"{REPLAYS}/{iter_name(k)}")

@@ -8,23 +8,23 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from mars_core.layout import (EPISODES_FILE, EPISODES_SAMPLE_FILE, GENERATE_ROLLOUTS, PLAN_FILE,
+                              SHARD_STATS_FILE, TRANSCRIPTS_FILE, TURNS_FILE, iter_name,
+                              read_episodes, shard_folder, shards_dir, stage_dir, write_episodes)
 from mars_core.reports import rollout_metrics, transcript
 from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes
-from mars_core.samplers import FROZEN, is_frozen, plan_episodes
-from mars_core.types import Episode, episodes_frame, episodes_from_frames, turns_frame
+from mars_core.samplers import is_frozen, plan_episodes
+from mars_core.seeds import Stream
+from mars_core.stages import read_json, write_json
+from mars_core.types import Episode, turns_frame
+from mars_core.vocab import FROZEN, POLICY, Outcome
 from tasks.common import (PUBLISH_RETRY, derive_seed, frozen_snapshots, make_engine, policy_at,
                           prompt_builder, run_stage, sampling)
-from mars_core.stages import read_json, write_json
-from tasks.paths import read_config, stage_dir
-from tasks.shards import (drop_shards, node_id, run_shards, shard_folder, shard_slices,
-                          shards_dir, write_shard)
-
-STAGE = "generate_rollouts"
-SHARD_STATS = "shard.json"
+from tasks.paths import read_config
+from tasks.shards import drop_shards, node_id, run_shards, shard_slices, write_shard
 
 
 def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
@@ -49,7 +49,7 @@ def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
     if not frozen:
         return policy, policy
     snapshots = frozen_snapshots(run_dir, k)
-    engines = {"policy": policy}
+    engines = {POLICY: policy}
     engines |= {a: make_engine(cfg, snapshots[a.split(":", 1)[1]], backend="hf") for a in frozen}
     return engines, policy
 
@@ -59,27 +59,17 @@ def opponent_metrics(episodes: list[Episode]) -> dict[str, float]:
     the numbers a curriculum is tuned by. Frozen checkpoints count as one opponent."""
     groups: dict[tuple[str, str], list[str]] = {}
     for ep in episodes:
-        others = {a for a in ep.agents if a != "policy"}
-        if not others or "policy" not in ep.agents:
+        others = {a for a in ep.agents if a != POLICY}
+        if not others or POLICY not in ep.agents:
             continue
         opponent = FROZEN if any(is_frozen(a) for a in others) else sorted(others)[0]
-        seat = ep.agents.index("policy")
+        seat = ep.agents.index(POLICY)
         groups.setdefault((ep.game, opponent), []).append(ep.outcomes[seat])
     metrics = {}
     for (game, opponent), outcomes in sorted(groups.items()):
         metrics[f"opponents/{game}/{opponent}/episodes"] = float(len(outcomes))
-        metrics[f"opponents/{game}/{opponent}/win_rate"] = outcomes.count("win") / len(outcomes)
+        metrics[f"opponents/{game}/{opponent}/win_rate"] = outcomes.count(Outcome.WIN) / len(outcomes)
     return metrics
-
-
-def write_episodes(out: Path, episodes: list[Episode]) -> None:
-    episodes_frame(episodes).write_parquet(out / "episodes.parquet")
-    turns_frame(episodes).write_parquet(out / "turns.parquet")
-
-
-def read_episodes(folder: Path) -> list[Episode]:
-    return episodes_from_frames(pl.read_parquet(folder / "episodes.parquet"),
-                                pl.read_parquet(folder / "turns.parquet"))
 
 
 def write_samples(out: Path, episodes: list[Episode], n_sample: int, n_transcripts: int,
@@ -87,8 +77,8 @@ def write_samples(out: Path, episodes: list[Episode], n_sample: int, n_transcrip
     """A sample of episodes as Parquet and a few readable transcripts, for MLflow."""
     rng = random.Random(seed)
     picked = rng.sample(episodes, min(n_sample, len(episodes)))
-    turns_frame(picked).write_parquet(out / "episodes_sample.parquet")
-    (out / "transcripts.md").write_text("\n\n".join(transcript(e) for e in picked[:n_transcripts]))
+    turns_frame(picked).write_parquet(out / EPISODES_SAMPLE_FILE)
+    (out / TRANSCRIPTS_FILE).write_text("\n\n".join(transcript(e) for e in picked[:n_transcripts]))
 
 
 def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progress: bool = True):
@@ -103,21 +93,20 @@ def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progre
     return episodes, stats, engine, load_s
 
 
-@task(name="rollout_shard", task_run_name="rollout_shard iter_{k:04d} {shard}/{shards}",
-      cache_policy=NO_CACHE)
+@task(task_run_name="rollout_shard iter_{k:04d} {shard}/{shards}", cache_policy=NO_CACHE)
 def rollout_shard(run_dir: str, k: int, shard: int, shards: int) -> dict:
     """Slice `shard` of `shards` of iteration k's episode plan, played with its own engine
     (on whichever machine runs it) into `generate_rollouts.shards/shard_XXXX/`."""
     cfg = read_config(Path(run_dir))
 
     def play():
-        seed = derive_seed(cfg, k, 1)
+        seed = derive_seed(cfg, Stream.ROLLOUTS, k)
         specs = plan_iteration(cfg, run_dir, k, seed)
         mine = [specs[i] for i in shard_slices(len(specs), shards)[shard]]
         episodes, stats, _, load_s = _play(cfg, run_dir, k, mine, seed, progress=False)
         return episodes, stats, load_s
 
-    return play_shard(stage_dir(run_dir, k, STAGE), shard, play)
+    return play_shard(stage_dir(run_dir, k, GENERATE_ROLLOUTS), shard, play)
 
 
 def play_shard(stage: Path, shard: int, play) -> dict:
@@ -130,13 +119,13 @@ def play_shard(stage: Path, shard: int, play) -> dict:
         episodes, stats, load_s = play()
         write_episodes(folder, episodes)
         seconds = time.perf_counter() - start
-        write_json(folder / SHARD_STATS, {
+        write_json(folder / SHARD_STATS_FILE, {
             "episodes": len(episodes), "generated_tokens": stats.generated_tokens,
             "load_s": load_s, "engine_s": stats.generate_seconds,
             "games_s": seconds - load_s - stats.generate_seconds, "seconds": seconds,
             "node": node_id(), "pid": os.getpid()})
 
-    return read_json(write_shard(stage, shard, write) / SHARD_STATS)
+    return read_json(write_shard(stage, shard, write) / SHARD_STATS_FILE)
 
 
 def sharded_episodes(stage: Path, n_specs: int, cluster, shard_task, params: dict,
@@ -146,7 +135,7 @@ def sharded_episodes(stage: Path, n_specs: int, cluster, shard_task, params: dic
     shards a killed attempt finished are kept. Metrics `<prefix>/shards`, `.../shard_nodes`
     and `time/<prefix>_shard_*`."""
     n = len(shard_slices(n_specs, cluster.shards))
-    plan, plan_file = {"shards": n, "episodes": n_specs}, shards_dir(stage) / "plan.json"
+    plan, plan_file = {"shards": n, "episodes": n_specs}, shards_dir(stage) / PLAN_FILE
     if plan_file.is_file() and read_json(plan_file) != plan:  # another split: start over
         drop_shards(stage)
     plan_file.parent.mkdir(parents=True, exist_ok=True)
@@ -168,17 +157,16 @@ def sharded_episodes(stage: Path, n_specs: int, cluster, shard_task, params: dic
 
 def _sharded(cfg, run_dir: str, k: int, n_specs: int) -> tuple[list[Episode], RolloutStats, dict]:
     """Iteration k's plan played in rollout_shard tasks, merged in plan order."""
-    return sharded_episodes(stage_dir(run_dir, k, STAGE), n_specs, cfg.cluster, rollout_shard,
+    return sharded_episodes(stage_dir(run_dir, k, GENERATE_ROLLOUTS), n_specs, cfg.cluster, rollout_shard,
                             {"run_dir": run_dir, "k": k}, "rollout")
 
 
-@task(name="generate_rollouts", task_run_name="generate_rollouts iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=GENERATE_ROLLOUTS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def generate_rollouts(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        seed = derive_seed(cfg, k, 1)
+        seed = derive_seed(cfg, Stream.ROLLOUTS, k)
         specs = plan_iteration(cfg, run_dir, k, seed)
         metrics, engine = {}, None
         if cfg.cluster.sharded:
@@ -204,8 +192,8 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
                 metrics[f"rollout/vllm_{key}"] = float(engine.stats[key])
         return metrics
 
-    metrics = run_stage(run_dir, k, STAGE, body, step=k,
-                        artifacts=("episodes_sample.parquet", "transcripts.md"),
-                        artifact_path=f"iter_{k:04d}", datasets=("episodes.parquet", "turns.parquet"))
-    drop_shards(stage_dir(run_dir, k, STAGE))  # merged into the stage folder
+    metrics = run_stage(run_dir, k, GENERATE_ROLLOUTS, body, step=k,
+                        artifacts=(EPISODES_SAMPLE_FILE, TRANSCRIPTS_FILE), artifact_path=iter_name(k),
+                        datasets=(EPISODES_FILE, TURNS_FILE))
+    drop_shards(stage_dir(run_dir, k, GENERATE_ROLLOUTS))  # merged into the stage folder
     return metrics

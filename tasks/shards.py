@@ -18,14 +18,14 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from mars_core import offline
+from mars_core.layout import shard_folder, shards_dir
 from mars_core.config_cluster import ClusterConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
 # telemetry, the Prefect and MLflow servers)
-PASSED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
-              "PREFECT_SERVER_ANALYTICS_ENABLED", "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK",
-              "TOKENIZERS_PARALLELISM", "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR")
+PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR")
 
 
 class ClusterError(Exception):
@@ -140,14 +140,6 @@ def node_id() -> str:
     if ray.is_initialized():
         return ray.get_runtime_context().get_node_id()
     return socket.gethostname()
-
-
-def shards_dir(stage_folder: Path) -> Path:
-    return stage_folder.with_name(stage_folder.name + ".shards")
-
-
-def shard_folder(stage_folder: Path, shard: int) -> Path:
-    return shards_dir(stage_folder) / f"shard_{shard:04d}"
 
 
 def write_shard(stage_folder: Path, shard: int, write) -> Path:

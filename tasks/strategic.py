@@ -2,36 +2,26 @@
 the suite (each game's games concurrently, model turns batched)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.config import StrategicConfig
 from mars_core.config_cluster import ClusterConfig
-from mars_core.evaluation import run_suite
-from mars_core.games.bots import is_bot
-from mars_core.models import default_cache_dir, resolve_model
+from mars_core.strength import run_suite
 from mars_core.reports import transcript
 from mars_core.rollout import PromptBuilder, RolloutStats
 from tasks.common import PUBLISH_RETRY, bf16_wanted
-from tasks.registry import download_registered
+from tasks.registry import local_model
 from tasks.shards import run_shards, shard_slices
-from tasks.tracking import tracking_uri
 
 
-@task(name="resolve_policy", task_run_name="resolve_policy {policy}", cache_policy=NO_CACHE,
+@task(task_run_name="resolve_policy {policy}", cache_policy=NO_CACHE,
       timeout_seconds=3600, **PUBLISH_RETRY)
 def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | None:
     """A local model folder for a model policy (None for a bot): `embedded`, a checkpoint or
     model folder, or `models:/NAME@ALIAS` from the registry (`tracking`, else the local store
     of `runs_dir` that `mars train` registers into)."""
-    if is_bot(policy):
-        return None
-    if policy.startswith("models:/"):
-        store = tracking or tracking_uri(Path(runs_dir))
-        return str(download_registered(policy, store, default_cache_dir()))
-    return str(resolve_model(policy))
+    return local_model(policy, tracking, runs_dir)
 
 
 def _suite_run_name() -> str:
@@ -42,7 +32,7 @@ def _suite_run_name() -> str:
     return f"evaluate_suite {p['policy']}: {', '.join(p['cfg'].suite)}"
 
 
-@task(name="evaluate_suite", task_run_name=_suite_run_name, cache_policy=NO_CACHE)
+@task(task_run_name=_suite_run_name, cache_policy=NO_CACHE)
 def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
                    transcripts_per_game: int = 2) -> dict:
     """Every game x opponent x seat of the suite for the policy, with one model load. Each
@@ -58,10 +48,10 @@ def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
         return _sharded_suite(cfg, policy, model, transcripts_per_game)
     engine = prompts = None
     if model is not None:
-        from mars_core.engines.hf import HFEngine
+        from mars_core.engines.build import build_engine
 
-        engine = HFEngine.from_path(model, batch_size=cfg.play.engine_batch_size,
-                                    autocast_bf16=bf16_wanted(cfg.bf16))
+        engine = build_engine(model, batch_size=cfg.play.engine_batch_size,
+                              bf16=bf16_wanted(cfg.bf16))
         prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
                                 cfg.max_context_tokens)
     stats, records, texts = RolloutStats(), [], []

@@ -43,7 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from eval.mas import read_records
-from mars_core.games.bots import is_bot
+from mars_core.games.opponents import is_bot
 from mars_core.types import Episode
 
 _logger = logging.getLogger(__name__)

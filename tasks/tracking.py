@@ -16,6 +16,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -242,61 +243,75 @@ def _metric_key(*parts: str) -> str:
     return "/".join(re.sub(r"[^\w\-. /]", "_", p) for p in parts)
 
 
+def log_one_run(tracking: str | MlflowClient, experiment: str, name: str, tags: dict, *,
+                params: dict | None = None, metrics=(), tables: dict[str, list[dict]] | None = None,
+                files=(), folders: dict[str, Path] | None = None, parent: str | None = None,
+                then: Callable[[MlflowClient, str, str], None] | None = None) -> str:
+    """One finished MLflow run, the shape of every evaluation's record: created in
+    `experiment` with the run name `name` (secrets masked) and `tags` (a nested run of
+    `parent` where one is given), then params (masked), metrics (`{key: value}` or (key, value)
+    pairs, step 0), tables (artifact file -> rows), files (at the root), folders (artifact
+    path -> folder), then `then(client, experiment_id, run_id)` (nested runs, traces) before
+    the run is closed. Returns its id."""
+    import pandas as pd
+
+    client = tracking if isinstance(tracking, MlflowClient) else MlflowClient(tracking_uri=tracking)
+    exp = _experiment_id(client, experiment, None)
+    tags = {"mlflow.parentRunId": parent, **tags} if parent else tags
+    run_id = client.create_run(exp, run_name=redact_text(name), tags=tags).info.run_id
+    client.log_batch(run_id, params=as_params(params or {}))
+    now = int(time.time() * 1000)
+    pairs = metrics.items() if isinstance(metrics, dict) else metrics
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in pairs])
+    for artifact_file, rows in (tables or {}).items():
+        client.log_table(run_id, pd.DataFrame(rows), artifact_file)
+    for f in files:
+        client.log_artifact(run_id, str(f))
+    for path, folder in (folders or {}).items():
+        client.log_artifacts(run_id, str(folder), path)
+    if then is not None:
+        then(client, exp, run_id)
+    client.set_terminated(run_id)
+    return run_id
+
+
+STRATEGIC_KEYS = ("normalized_return", "mean_return", "ci95", "win_rate", "draw_rate", "loss_rate",
+                  "invalid_rate")
+
+
 def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
                   records: list[dict], files: list[Path]) -> str:
     """One MLflow run for a strategic evaluation (params, per-game normalized returns, the
     table, radar chart and transcripts) with a nested run per game holding that game's table
     and per-seat metrics. Returns the parent run id."""
-    import pandas as pd
+    from mars_core.strength import per_game_normalized
 
-    from mars_core.evaluation import per_game_normalized
-
-    client = MlflowClient(tracking_uri=tracking)
-    exp = _experiment_id(client, experiment, None)
     policy = redact_text(policy)
-    parent = client.create_run(exp, run_name=f"strategic {policy}",
-                               tags={"mars.kind": "strategic-eval", "mars.policy": policy}).info.run_id
-    client.log_batch(parent, params=as_params(params))
-    now = int(time.time() * 1000)
+    kind = {"mars.kind": "strategic-eval"}
     scores = per_game_normalized(records)
-    metrics = [Metric(_metric_key("normalized_return", g), v, now, 0) for g, v in scores.items()]
-    metrics.append(Metric("normalized_return/mean", sum(scores.values()) / len(scores), now, 0))
-    client.log_batch(parent, metrics=metrics)
-    client.log_table(parent, pd.DataFrame(records), "strategic_results.json")
-    for f in files:
-        client.log_artifact(parent, str(f))
-    for game in scores:
-        mine = [r for r in records if r["game"] == game]
-        child = client.create_run(exp, run_name=f"strategic {policy} / {game}",
-                                  tags={"mlflow.parentRunId": parent, "mars.kind": "strategic-eval",
-                                        "mars.game": game}).info.run_id
-        client.log_batch(child, metrics=[
-            Metric(_metric_key(r["opponent"], f"seat{r['seat']}", key), float(r[key]), now, 0)
-            for r in mine for key in ("normalized_return", "mean_return", "ci95", "win_rate",
-                                      "draw_rate", "loss_rate", "invalid_rate")])
-        client.log_table(child, pd.DataFrame(mine), f"{game}_results.json")
-        client.set_terminated(child)
-    client.set_terminated(parent)
-    return parent
+    metrics = {_metric_key("normalized_return", g): v for g, v in scores.items()}
+    metrics["normalized_return/mean"] = sum(scores.values()) / len(scores)
+
+    def per_game(client: MlflowClient, exp: str, parent: str) -> None:
+        for game in scores:
+            mine = [r for r in records if r["game"] == game]
+            log_one_run(client, experiment, f"strategic {policy} / {game}",
+                        {**kind, "mars.game": game}, parent=parent,
+                        metrics=[(_metric_key(r["opponent"], f"seat{r['seat']}", key), r[key])
+                                 for r in mine for key in STRATEGIC_KEYS],
+                        tables={f"{game}_results.json": mine})
+
+    return log_one_run(tracking, experiment, f"strategic {policy}", {**kind, "mars.policy": policy},
+                       params=params, metrics=metrics, tables={"strategic_results.json": records},
+                       files=files, then=per_game)
 
 
 def log_comparison(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],
                    files: list[Path]) -> str:
     """One MLflow run holding a comparison table: the params, one metric per policy and game
     (`normalized_return/<policy>/<game>`), the table (MLflow table + files). Returns its id."""
-    import pandas as pd
-
-    client = MlflowClient(tracking_uri=tracking)
-    exp = _experiment_id(client, experiment, None)
-    run_id = client.create_run(exp, run_name=f"compare {name}",
-                               tags={"mars.kind": "comparison"}).info.run_id
-    client.log_batch(run_id, params=as_params(params))
-    now = int(time.time() * 1000)
-    metrics = [Metric(_metric_key("normalized_return", r["policy"], col), float(v), now, 0)
+    metrics = [(_metric_key("normalized_return", r["policy"], col), v)
                for r in rows for col, v in r.items() if col != "policy" and v is not None]
-    client.log_batch(run_id, metrics=metrics)
-    client.log_table(run_id, pd.DataFrame(rows), "comparison_table.json")
-    for f in files:
-        client.log_artifact(run_id, str(f))
-    client.set_terminated(run_id)
-    return run_id
+    return log_one_run(tracking, experiment, f"compare {name}", {"mars.kind": "comparison"},
+                       params=params, metrics=metrics, tables={"comparison_table.json": rows},
+                       files=files)

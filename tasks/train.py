@@ -1,7 +1,6 @@
 """Tasks: the starting policy (with the optional format warm-up), the PPO update, checkpoints."""
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from pathlib import Path
@@ -12,19 +11,22 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core import lora, train_deepspeed as ds
-from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, load_trainer_state,
-                                  save_estimator_state, save_model, save_trainer_state)
+from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
+                                  load_trainer_state, prune_plan, save_estimator_state, save_model,
+                                  save_trainer_state)
+from mars_core.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
+                              MODEL_DIR, POLICY_FILE, PREPARE_POLICY, SAMPLES_FILE,
+                              SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
+                              stage_dir)
 from mars_core.models import load_model, load_tokenizer, resolve_model
-from mars_core.reports import rollout_metrics
-from mars_core.rollout import play_episodes
-from mars_core.samplers import plan_episodes
+from mars_core.seeds import Stream
 from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
 from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
                                make_optimizer, ppo_update, sft_steps)
-from tasks.batching import SAMPLES_FILE, STAGE as BATCH, STATE_FILE
+from mars_core.warmup import invalid_rate, warmup_examples
 from tasks.common import (PUBLISH_RETRY, derive_seed, initial_policy, make_engine, policy_at,
                           prompt_builder, run_stage, sampling, use_bf16)
-from tasks.paths import checkpoint_dir, is_heavy, read_config, stage_dir
+from tasks.paths import read_config
 from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
 
 # the DeepSpeed worker's spec, log and metrics stay in train_step/, out of the checkpoint
@@ -48,39 +50,28 @@ def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
 
 
 def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
-    """Invalid-action rate of the policy over a few self-play games (1.0 = never valid)."""
-    specs = plan_episodes(cfg.rollout.games, n_games, -1, seed)
-    eps = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer), sampling(cfg, seed),
-                        progress=False, per_game=cfg.rollout.per_game_sampling(seed))
-    return rollout_metrics(eps).get("invalid_action_rate", 1.0)
+    """Invalid-action rate of the policy over a few self-play games (`mars_core.warmup`)."""
+    return invalid_rate(cfg.rollout.games, engine, prompt_builder(cfg, engine.tokenizer),
+                        sampling(cfg, seed), n_games, seed,
+                        per_game=cfg.rollout.per_game_sampling(seed))
 
 
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """Positions from random games with the prompts the policy would see, each answered by a
-    random legal action: `<answer>{action}</answer>` (minus the prefill) and end of turn."""
-    specs = plan_episodes(cfg.rollout.games, max(1, math.ceil(n / 4)), -2, seed,
-                          agent="bot:random")
-    prompts = prompt_builder(cfg, tokenizer)
-    episodes = play_episodes(specs, None, prompts, sampling(cfg, seed), record_bot_prompts=True,
-                             progress=False)
-    examples = []
-    for t in (t for ep in episodes for t in ep.turns):
-        target = t.reply[len(prompts.prefill):] if t.reply.startswith(prompts.prefill) else t.reply
-        ids = tokenizer.encode(target, add_special_tokens=False) + [tokenizer.eos_token_id]
-        examples.append((list(t.prompt_ids), ids))
-    return examples
+    """The format warm-up's examples (`mars_core.warmup`)."""
+    return warmup_examples(cfg.rollout.games, prompt_builder(cfg, tokenizer), sampling(cfg, seed),
+                           tokenizer, n, seed)
 
 
-@task(name="prepare_policy", cache_policy=NO_CACHE, **PUBLISH_RETRY)
+@task(cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def prepare_policy(run_dir: str) -> dict:
     """Resolve the base model (converting the embedded GGUF once), measure how often it answers
     validly, and run the format warm-up when the preset asks for one."""
     cfg = read_config(Path(run_dir))
-    final = stage_dir(run_dir, "init", "prepare_policy")
+    final = stage_dir(run_dir, INIT, PREPARE_POLICY)
 
     def body(out: Path) -> dict:
         base = str(resolve_model(cfg.model.path))
-        w, seed, metrics = cfg.warmup, derive_seed(cfg, 0, 9), {}
+        w, seed, metrics = cfg.warmup, derive_seed(cfg, Stream.WARMUP, 0), {}
         engine = make_engine(cfg, base, backend="hf") if (w.steps or w.probe_games) else None
         if w.probe_games:
             metrics["warmup/invalid_rate_before"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed)
@@ -89,7 +80,7 @@ def prepare_policy(run_dir: str) -> dict:
                 print(f"warning: the starting policy's replies are invalid in "
                       f"{metrics['warmup/invalid_rate_before']:.0%} of turns, so RL gets almost "
                       "no signal; consider a format warm-up (warmup.steps, e.g. 12)")
-            write_json(out / "policy.json", {"path": base, "base": base})
+            write_json(out / POLICY_FILE, {"path": base, "base": base})
             return metrics
         model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
@@ -98,12 +89,12 @@ def prepare_policy(run_dir: str) -> dict:
                            share_prefix=cfg.model.share_prefix)
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
-        save_model(out / "model", model, tok)
-        write_json(out / "policy.json", {"path": str((final / "model").resolve()), "base": base})
+        save_model(out / MODEL_DIR, model, tok)
+        write_json(out / POLICY_FILE, {"path": str((final / MODEL_DIR).resolve()), "base": base})
         return {**metrics, "warmup/loss_first": losses[0], "warmup/loss_last": losses[-1],
                 "warmup/examples": float(len(examples))}
 
-    return run_stage(run_dir, "init", "prepare_policy", body, step=0)
+    return run_stage(run_dir, INIT, PREPARE_POLICY, body, step=0)
 
 
 def _policy_and_reference(cfg, run_dir: str, k: int, device: str):
@@ -132,12 +123,12 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
     opt, sched = make_optimizer(model, cfg.optim, steps)
     load_trainer_state(path, opt, sched)
-    samples = load_samples(stage_dir(run_dir, k, BATCH) / SAMPLES_FILE)
+    samples = load_samples(stage_dir(run_dir, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
     metrics = {}
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
-                             seed=derive_seed(cfg, k, 4), bf16=use_bf16(cfg),
+                             seed=derive_seed(cfg, Stream.TRAINING, k), bf16=use_bf16(cfg),
                              share_prefix=cfg.model.share_prefix)
     save_trainer_state(out, opt, sched, k)
     if cfg.trainer.lora.rank:
@@ -159,7 +150,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     empty batch launches nothing: the weights and the previous state carry over (links)."""
     path = policy_at(run_dir, k)
     prev = Path(path) / DEEPSPEED_STATE
-    samples_file = stage_dir(run_dir, k, BATCH) / SAMPLES_FILE
+    samples_file = stage_dir(run_dir, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE
     metrics = {}
     if pq.read_metadata(samples_file).num_rows:  # the footer only: the workers read the rows
         spec = {"policy": _absolute(path),
@@ -167,7 +158,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
                 "samples": str(samples_file.resolve()), "out": str(out.resolve()),
                 "resume": str(prev.resolve()) if prev.is_dir() else None,
                 "config": cfg.public(), "iteration": k,
-                "seed": derive_seed(cfg, k, 4), "bf16": use_bf16(cfg)}
+                "seed": derive_seed(cfg, Stream.TRAINING, k), "bf16": use_bf16(cfg)}
         metrics = ds.launch(spec, cfg.trainer, out)
     else:
         save_model(out, load_model(path), load_tokenizer(path))
@@ -177,8 +168,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     return metrics
 
 
-@task(name="train_step", task_run_name="train_step iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=TRAIN_STEP + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def train_step(run_dir: str, k: int) -> dict:
     """One PPO update on iteration k's batch, from the policy (and optimizer state) of k-1,
     with the backend `trainer.backend` names (torch in process, or DeepSpeed workers)."""
@@ -187,61 +177,49 @@ def train_step(run_dir: str, k: int) -> dict:
 
     def body(out: Path) -> dict:
         metrics = train(cfg, run_dir, k, out)
-        save_estimator_state(out, read_json(stage_dir(run_dir, k, BATCH) / STATE_FILE))
+        save_estimator_state(out, read_json(stage_dir(run_dir, k, COMPUTE_ADVANTAGES)
+                                            / ESTIMATOR_STATE))
         return {f"train/{key}": v for key, v in metrics.items()}
 
-    return run_stage(run_dir, k, "train_step", body, step=k)
+    return run_stage(run_dir, k, TRAIN_STEP, body, step=k)
 
 
-@task(name="save_checkpoint", task_run_name="save_checkpoint iter_{k:04d}", cache_policy=NO_CACHE,
-      **PUBLISH_RETRY)
+@task(task_run_name=SAVE_CHECKPOINT + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def save_checkpoint(run_dir: str, k: int) -> dict:
     """Publish iteration k's weights and trainer state as `iter_k/save_checkpoint/` (hard links,
     no copy) and prune the weights of checkpoints older than `checkpoint.keep_last`."""
     cfg = read_config(Path(run_dir))
-    src = stage_dir(run_dir, k, "train_step")
+    src = stage_dir(run_dir, k, TRAIN_STEP)
 
     def body(out: Path) -> dict:
         size = _link_files(src, out, skip=DS_RUN_FILES)
-        write_json(out / "checkpoint.json", {"iteration": k, "source": str(src)})
+        write_json(out / CHECKPOINT_FILE, {"iteration": k, "source": str(src)})
         return {"checkpoint/size_mb": size / 2**20}
 
-    metrics = run_stage(run_dir, k, "save_checkpoint", body, step=k)
-    _drop_heavy(src)  # the published checkpoint holds the only link it still needs
-    every = cfg.checkpoint.keep_every
-    for j in range(0, k - cfg.checkpoint.keep_last + 1):
-        if not (every and (j + 1) % every == 0):
-            _drop_heavy(checkpoint_dir(run_dir, j))
+    metrics = run_stage(run_dir, k, SAVE_CHECKPOINT, body, step=k)
+    drop_heavy(src)  # the published checkpoint holds the only link it still needs
+    for j in prune_plan(k, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every):
+        drop_heavy(checkpoint_dir(run_dir, j))
     return metrics
 
 
-def _drop_heavy(folder: Path) -> None:
-    if folder.is_dir():
-        for f in folder.iterdir():
-            if is_heavy(f.name):
-                if f.is_dir():
-                    shutil.rmtree(f)
-                else:
-                    f.unlink()
-
-
-@task(name="register_model", cache_policy=NO_CACHE, timeout_seconds=3600, **PUBLISH_RETRY)
+@task(cache_policy=NO_CACHE, timeout_seconds=3600, **PUBLISH_RETRY)
 def register_final(run_dir: str) -> int:
     """The last checkpoint's model files (no trainer or DeepSpeed state, no LoRA adapter: its
     merged weights are the model) as `final/model/`, and as the MLflow transformers model
     `final/model/mlflow/` (hard links to the same weights), registered as version `candidate`."""
     cfg = read_config(Path(run_dir))
     final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
-    base = read_json(stage_dir(run_dir, "init", "prepare_policy") / "policy.json")["base"]
+    base = read_json(stage_dir(run_dir, INIT, PREPARE_POLICY) / POLICY_FILE)["base"]
 
     def body(out: Path) -> dict:
         _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
-                                      lora.ADAPTER, "checkpoint.json"))
+                                      lora.ADAPTER, CHECKPOINT_FILE))
         save_mlflow_model(out, out / MLFLOW_DIR, model_card(Path(run_dir), str(final), base))
         return {}
 
-    run_stage(run_dir, "final", "model", body, step=None)
+    run_stage(run_dir, FINAL, FINAL_MODEL, body, step=None)
     lineage = {"mars.run_dir": str(Path(run_dir).resolve()), "mars.parent_checkpoint": str(final),
                "mars.base_model": base}
-    return register_model(Path(run_dir), stage_dir(run_dir, "final", "model") / MLFLOW_DIR,
+    return register_model(Path(run_dir), final_model_dir(run_dir) / MLFLOW_DIR,
                           cfg.tracking.registered_model, "candidate", lineage)

@@ -24,6 +24,7 @@ import json
 
 from mars_core.games.base import GameAdapter
 from mars_core.types import Episode
+from mars_core.vocab import Outcome
 
 CAUSES = ("strategy", "own_rule_error", "opponent_rule_error", "timeout")
 # how the game ended: played out, a rule error, a cut-off reply, the game's move limit
@@ -82,12 +83,12 @@ def attribute(episode: Episode, adapter: GameAdapter) -> dict:
         decided = "move_limit" if at_limit else "play"
         cause = ["timeout" if at_limit else "strategy"] * len(teams)
     top = [t for t in order if places[t] == 0]
-    result = ["loss" if places[teams[p]] else ("win" if len(top) == 1 else "draw")
+    result = [Outcome.LOSS if places[teams[p]] else (Outcome.WIN if len(top) == 1 else Outcome.DRAW)
               for p in range(len(teams))]
     if episode.error_player >= 0:  # the side that broke the rules forfeits to all others
-        result = ["loss" if places[teams[p]] else "win" for p in range(len(teams))]
+        result = [Outcome.LOSS if places[teams[p]] else Outcome.WIN for p in range(len(teams))]
     elif len(top) == len(order):  # everyone tied: a draw all round
-        result = ["draw"] * len(teams)
+        result = [Outcome.DRAW] * len(teams)
     return {"teams": teams, "team_order": order, "ranks": [places[t] for t in order],
             "result": result, "cause": cause, "decided_by": decided,
             "error_seat": episode.error_player}

@@ -22,7 +22,8 @@ from mars_core.config_cluster import ClusterConfig
 from mars_core.config import (PlayConfig, config_from_dict, load_config, parse_overrides,
                               _merge)
 from mars_core.config_base import ConfigError, _Section
-from mars_core.games.bots import check_bot_spec, is_bot
+from mars_core.games.opponents import check_bot_spec, is_bot
+from mars_core.vocab import SELF
 
 
 def parse_agent(text: str) -> tuple[str, str]:
@@ -37,7 +38,7 @@ def parse_agent(text: str) -> tuple[str, str]:
         check_bot_spec(spec)
         if label != spec:
             raise ValueError(f"agent {text!r}: a bot is labelled by its spec ({spec})")
-    elif is_bot(label) or label == "self":
+    elif is_bot(label) or label == SELF:
         raise ValueError(f"agent {text!r}: the label {label!r} is reserved for bots")
     return label, spec
 

@@ -21,6 +21,7 @@ from mars_core.arena.ratings import Rating, Ratings, TrueSkillParams
 from mars_core.arena.schedule import Match
 from mars_core.games.registry import make_game
 from mars_core.types import Episode
+from mars_core.vocab import Outcome
 
 
 _PLURAL = {"win": "wins", "draw": "draws", "loss": "losses"}
@@ -53,7 +54,7 @@ def rate(records: list[dict], params: TrueSkillParams | None = None,
 
 def agent_result(record: dict, agent: str) -> str:
     got = {res for a, res in zip(record["agents"], record["result"]) if a == agent}
-    return got.pop() if len(got) == 1 else "draw"
+    return got.pop() if len(got) == 1 else Outcome.DRAW
 
 
 def leaderboard(records: list[dict], params: TrueSkillParams | None = None,
@@ -71,7 +72,7 @@ def leaderboard(records: list[dict], params: TrueSkillParams | None = None,
             s[_PLURAL[res]] += 1
             s["own_errors"] += r["decided_by"] == "rule_error" and err_agent == agent
             s["own_timeouts"] += r["decided_by"] == "length" and err_agent == agent
-            s["wins_by_opponent_error"] += (res == "win" and r["decided_by"] in ERROR_DECIDED)
+            s["wins_by_opponent_error"] += (res == Outcome.WIN and r["decided_by"] in ERROR_DECIDED)
             s["clean_games"] += r["decided_by"] not in ERROR_DECIDED
     rows = []
     for agent in agents or list(stats):

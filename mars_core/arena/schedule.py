@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from mars_core.games.bots import check_opponent, is_bot
+from mars_core.games.opponents import check_opponent, is_bot
 from mars_core.games.registry import GAMES, make_game
 
 NEWCOMER = "<newcomer>"

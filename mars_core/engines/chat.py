@@ -155,7 +155,7 @@ class OpenAIChatEngine:
         _check(conversations)
         if not conversations:
             return []
-        from mars_core.engines.vllm_server import _run_async
+        from mars_core.engines.vllm_client import _run_async
 
         return _run_async(self._all(conversations, params))
 

@@ -20,7 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mars_core.engines.vllm_server import VLLMEngine, VLLMError, VLLMUnreachable, generate_counted
+from mars_core.engines.vllm_client import VLLMEngine, generate_counted
+from mars_core.engines.vllm_server import VLLMError, VLLMUnreachable
 from mars_core.types import Completion, SamplingParams
 
 

@@ -12,11 +12,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from mars_core.vocab import ErrorType, Outcome
+
 # The two error types of a turn that ended the game (SPEC section 5): the reply did not have
 # the reasoning template or the action's format (a parsing failure), or it named an action
 # the game's rules forbid (an invalid action). `Parsed.detail` says what exactly was wrong.
-PARSING_FAILURE = "parsing_failure"
-INVALID_ACTION = "invalid_action"
+PARSING_FAILURE, INVALID_ACTION = ErrorType.PARSING_FAILURE, ErrorType.INVALID_ACTION
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -176,8 +177,8 @@ class GameAdapter(ABC):
         mine, best = returns[player], max(returns)
         others = [r for i, r in enumerate(returns) if i != player]
         if all(abs(r - mine) < 1e-9 for r in others):
-            return "draw"
-        return "win" if mine >= best else "loss"
+            return Outcome.DRAW
+        return Outcome.WIN if mine >= best else Outcome.LOSS
 
 
 _WS = re.compile(r"\s+")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyspiel
 
 from mars_core.games.openspiel_games import OpenSpielGame
+from mars_core.vocab import Outcome
 
 COLOR_NAMES = {"R": "red", "Y": "yellow", "G": "green", "W": "white", "B": "blue"}
 _PLAY_OR_DISCARD = re.compile(r"^\((Play|Discard) (\d+)\)$")
@@ -126,8 +127,8 @@ class _Hanabi(OpenSpielGame):
         which is neither a win nor a loss."""
         score = returns[player]
         if score >= self.max_score - 1e-9:
-            return "win"
-        return "loss" if score <= 1e-9 else "draw"
+            return Outcome.WIN
+        return Outcome.LOSS if score <= 1e-9 else Outcome.DRAW
 
     # -- text ------------------------------------------------------------------------------
     def _cards_text(self) -> str:

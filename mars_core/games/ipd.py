@@ -31,6 +31,7 @@ import re
 
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, Parsed, clip
 from mars_core.games.textarena_games import TAState, TextArenaGame, check_chat
+from mars_core.vocab import Outcome
 
 PLAYERS = 3
 ROUNDS = 5
@@ -107,7 +108,7 @@ class ThreePlayerIPD(TextArenaGame):
         """The env ranks the final scores into returns spread over [-1, 1]: the top group
         wins, the bottom group loses, a middle player (return 0 of three) draws."""
         mine = returns[player]
-        return "win" if mine > 0 else "loss" if mine < 0 else "draw"
+        return Outcome.WIN if mine > 0 else Outcome.LOSS if mine < 0 else Outcome.DRAW
 
     def in_chat(self, state: TAState) -> bool:
         return self.ta(state).game_state["phase"] == "conversation"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyspiel
 
-from mars_core.games.bots import NASH_GAMES
+from mars_core.games.catalog import NASH_GAMES
 
 # CFR+ converges far faster than vanilla CFR here (Kuhn: 4e-5 vs 5e-4 at 2000 iterations;
 # Leduc: 3.7e-4 vs 1.4e-2 at 800 iterations).

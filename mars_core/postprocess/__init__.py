@@ -15,7 +15,7 @@ from types import ModuleType
 import polars as pl
 
 from mars_core.config import RewardsConfig
-from mars_core.games.registry import MARS_GAMES
+from mars_core.games.catalog import MARS_GAMES
 from mars_core.postprocess import blotto, codenames, ipd, mafia, mars
 from mars_core.postprocess.common import (DEPENDS_ON_INVALID_STEP, GATE_REASONS, NOT_TRAINABLE,
                                           OUTCOME_UNOBSERVED, UNFINISHED_UNIT, PlayerResult)

@@ -19,17 +19,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mars_core.config import OUTCOMES, In2AIRewards
+from mars_core.config import In2AIRewards
 from mars_core.games.base import PARSING_FAILURE
 from mars_core.types import Episode, Turn
+from mars_core.vocab import POLICY, GateReason, player_outcome as player_outcome_name
 
-NOT_TRAINABLE = "not_trainable"
-DEPENDS_ON_INVALID_STEP = "depends_on_invalid_step"
-UNFINISHED_UNIT = "unfinished_unit"
-OUTCOME_UNOBSERVED = "outcome_unobserved"
-GATE_REASONS = (NOT_TRAINABLE, DEPENDS_ON_INVALID_STEP, UNFINISHED_UNIT, OUTCOME_UNOBSERVED)
-
-_OTHER_INVALID = "other_player_invalid_action"
+NOT_TRAINABLE = GateReason.NOT_TRAINABLE
+DEPENDS_ON_INVALID_STEP = GateReason.DEPENDS_ON_INVALID_STEP
+UNFINISHED_UNIT = GateReason.UNFINISHED_UNIT
+OUTCOME_UNOBSERVED = GateReason.OUTCOME_UNOBSERVED
+GATE_REASONS = tuple(r.value for r in GateReason)
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class PlayerResult:
     role: str  # its first turn's role, or "player_{p}" when it never moved
     team: str
     agent: str
-    trainable: bool  # agent == "policy"
+    trainable: bool  # agent == vocab.POLICY
     outcome: str  # one of config.OUTCOMES
     caused_end: bool  # its rule error ended the episode
     episode_reward: float  # the graded episode reward
@@ -55,10 +54,11 @@ def facts(text: str) -> dict:
 
 def player_outcome(episode: Episode, player: int) -> str:
     raw = episode.outcomes[player]
-    outcome = {"invalid": episode.error, "other_invalid": _OTHER_INVALID}.get(raw, raw)
-    if outcome not in OUTCOMES:
-        raise ValueError(f"episode {episode.episode_id}: unknown outcome {raw!r} of seat {player}")
-    return outcome
+    try:
+        return player_outcome_name(raw, episode.error).value
+    except ValueError:
+        raise ValueError(f"episode {episode.episode_id}: unknown outcome {raw!r} of seat "
+                         f"{player}") from None
 
 
 def first_role(episode: Episode, player: int) -> str:
@@ -71,7 +71,7 @@ def build_results(episode: Episode, teams: Sequence[str],
     return tuple(
         PlayerResult(episode_id=episode.episode_id, game=episode.game, player=p,
                      role=first_role(episode, p), team=teams[p], agent=agent,
-                     trainable=agent == "policy", outcome=player_outcome(episode, p),
+                     trainable=agent == POLICY, outcome=player_outcome(episode, p),
                      caused_end=p == episode.error_player, episode_reward=float(graded[p]))
         for p, agent in enumerate(episode.agents))
 

@@ -3,7 +3,7 @@
 - Players: graded reward = the seat's game return (`Episode.returns[p]`); team "team" in the
   cooperative Hanabi games (every seat shares the score), else "player_{p}".
 - Filter: only non-trainable seats are gated.
-- Rewards: exactly `mars_core.rewards.assign_rewards` (game, format and length parts).
+- Rewards: exactly `mars_core.rewards.mars_turn_rewards` (game, format and length parts).
 """
 from __future__ import annotations
 
@@ -26,4 +26,4 @@ def filter_steps(episode: Episode, players, cfg: RewardsConfig) -> Episode:
 
 
 def assign_rewards(episode: Episode, players, cfg: RewardsConfig) -> Episode:
-    return rewards.assign_rewards(episode, cfg)
+    return rewards.mars_turn_rewards(episode, cfg)

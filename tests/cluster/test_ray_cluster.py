@@ -11,6 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from mars_core.layout import (EPISODES_FILE, EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE,
+                              RESULTS_FILE, TURNS_FILE, checkpoint_dir, shards_dir, stage_dir)
 from tests.conftest import REPO
 from tests.faults.conftest import run_env, train
 from tests.raycluster import two_node_cluster
@@ -41,29 +43,29 @@ def test_sharded_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_di
     one = _train(tmp_path / "runs", "one", tiny_model_dir, prefect_api)
     two = _train(tmp_path / "runs", "two", tiny_model_dir, prefect_api,
                  "--set", "cluster.shards=2", "--set", f"cluster.ray.address={ray_cluster}")
-    for table in ("episodes.parquet", "turns.parquet"):
-        a = pl.read_parquet(one / "iter_0000/generate_rollouts" / table)
-        b = pl.read_parquet(two / "iter_0000/generate_rollouts" / table)
+    for table in (EPISODES_FILE, TURNS_FILE):
+        a = pl.read_parquet(stage_dir(one, 0, GENERATE_ROLLOUTS) / table)
+        b = pl.read_parquet(stage_dir(two, 0, GENERATE_ROLLOUTS) / table)
         exact = [c for c in a.columns if c != "logprobs"]
         assert len(a) > 0 and a.select(exact).equals(b.select(exact)), table
     # every token, move and outcome is the same; a sampled token's log-prob may differ in the
     # last bits with the batch it was computed in (the trainer recomputes its own)
     for x, y in zip(a["logprobs"].to_list(), b["logprobs"].to_list()):
         assert len(x) == len(y) and max((abs(p - q) for p, q in zip(x, y)), default=0) < 1e-4
-    metrics = json.loads((two / "iter_0000/generate_rollouts/metrics.json").read_text())
+    metrics = json.loads((stage_dir(two, 0, GENERATE_ROLLOUTS) / METRICS_FILE).read_text())
     assert metrics["rollout/shards"] == 2 and metrics["rollout/shard_nodes"] == 2
-    assert not (two / "iter_0000/generate_rollouts.shards").exists()  # merged, then dropped
+    assert not shards_dir(stage_dir(two, 0, GENERATE_ROLLOUTS)).exists()  # merged, then dropped
     # the evaluation after the step, sharded the same way: the same games, the same records
     results = [[{k: v for k, v in rec.items() if k != "policy"}  # the policy: its run's path
-                for rec in json.loads((r / "iter_0000/evaluate/results.json").read_text())]
+                for rec in json.loads((stage_dir(r, 0, EVALUATE) / RESULTS_FILE).read_text())]
                for r in (one, two)]
     assert results[0] == results[1] and results[0]
-    a, b = (pl.read_parquet(r / "iter_0000/evaluate/episodes.parquet") for r in (one, two))
+    a, b = (pl.read_parquet(stage_dir(r, 0, EVALUATE) / EPISODES_FILE) for r in (one, two))
     assert a.equals(b)
-    metrics = json.loads((two / "iter_0000/evaluate/metrics.json").read_text())
+    metrics = json.loads((stage_dir(two, 0, EVALUATE) / METRICS_FILE).read_text())
     assert metrics["evaluate/shards"] == 2 and metrics["evaluate/shard_nodes"] == 2
-    for f in (one / "iter_0000/save_checkpoint").glob("*.safetensors"):  # the same update
-        assert f.read_bytes() == (two / "iter_0000/save_checkpoint" / f.name).read_bytes()
+    for f in checkpoint_dir(one, 0).glob("*.safetensors"):  # the same update
+        assert f.read_bytes() == (checkpoint_dir(two, 0) / f.name).read_bytes()
     from prefect import get_client
 
     with get_client(sync_client=True) as client:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 
 from mars_core.config import ConfigError, load_config
+from mars_core.layout import (GENERATE_ROLLOUTS, INIT, POLICY_FILE, PREPARE_POLICY,
+                              SHARD_STATS_FILE, shard_folder, stage_dir)
 from mars_core.stages import read_json, write_json
+from mars_core.seeds import Stream
 from tasks.common import derive_seed
-from tasks.paths import prepare_run_dir, stage_dir
-from tasks.shards import shard_folder, shard_slices, write_shard
+from tasks.paths import prepare_run_dir
+from tasks.shards import shard_slices, write_shard
 from tests.conftest import REPO
 
 
@@ -29,7 +32,7 @@ def test_bad_cluster_settings_are_named(override, words):
 
 
 def test_a_shard_appears_whole_or_not_at_all(tmp_path):
-    stage = tmp_path / "iter_0000/generate_rollouts"
+    stage = stage_dir(tmp_path, 0, GENERATE_ROLLOUTS)
 
     def broken(folder):
         (folder / "half.parquet").write_bytes(b"x")
@@ -54,12 +57,12 @@ def test_a_resumed_stage_plays_only_the_missing_shard(tmp_path, tiny_model_dir, 
                                                     "rollout.episodes_per_iteration=4",
                                                     "cluster.shards=2"])
     prepare_run_dir(tmp_path / "run", cfg)
-    init = stage_dir(run_dir, "init", "prepare_policy")
+    init = stage_dir(run_dir, INIT, PREPARE_POLICY)
     init.mkdir(parents=True)
-    write_json(init / "policy.json", {"path": str(tiny_model_dir), "base": str(tiny_model_dir)})
-    seed = derive_seed(cfg, 0, 1)
+    write_json(init / POLICY_FILE, {"path": str(tiny_model_dir), "base": str(tiny_model_dir)})
+    seed = derive_seed(cfg, Stream.ROLLOUTS, 0)
     specs = plan_iteration(cfg, run_dir, 0, seed)
-    stage = stage_dir(run_dir, 0, "generate_rollouts")
+    stage = stage_dir(run_dir, 0, GENERATE_ROLLOUTS)
     first = rollout_shard.fn(run_dir, 0, 1, 2)  # a killed attempt got this far
     assert first["episodes"] == 2
 
@@ -68,8 +71,8 @@ def test_a_resumed_stage_plays_only_the_missing_shard(tmp_path, tiny_model_dir, 
         return _sharded(cfg, run_dir, 0, len(specs))
 
     episodes, stats, metrics = resume()
-    assert read_json(shard_folder(stage, 1) / "shard.json") == first  # kept, not replayed
-    assert read_json(shard_folder(stage, 0) / "shard.json")["episodes"] == 2
+    assert read_json(shard_folder(stage, 1) / SHARD_STATS_FILE) == first  # kept, not replayed
+    assert read_json(shard_folder(stage, 0) / SHARD_STATS_FILE)["episodes"] == 2
     assert metrics["rollout/shards"] == 2 and stats.generated_tokens > 0
     alone, _, _, _ = _play(cfg, run_dir, 0, specs, seed, progress=False)
     assert [e.episode_id for e in episodes] == [e.episode_id for e in alone]

@@ -21,7 +21,11 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from mars_core.config import load_config
+from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, CONFIG_FILE, GENERATE_ROLLOUTS,
+                              SAVE_CHECKPOINT, TRAIN_STEP)
 from tests.conftest import REPO
+from tests.flows.invariants import check_iteration
 from tests.servers import POOL, mlflow_in, model_server, prefect_in, started, worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
@@ -31,8 +35,8 @@ EXPECTED = [
     "rollout/tokens_per_s", "rollout/invalid_action_rate", "rollout/mean_reply_tokens",
     "rollout/seat0_win_rate", "rollout/seat0_draw_rate", "rollout/seat0_loss_rate",
     "reward/mean", "train/loss", "train/kl", "train/grad_norm", "train/lr",
-    "time/generate_rollouts", "time/train_step", "time/assign_rewards",
-    "time/compute_advantages", "time/save_checkpoint", "warmup/invalid_rate_before",
+    f"time/{GENERATE_ROLLOUTS}", f"time/{TRAIN_STEP}", f"time/{ASSIGN_REWARDS}",
+    f"time/{COMPUTE_ADVANTAGES}", f"time/{SAVE_CHECKPOINT}", "warmup/invalid_rate_before",
     "eval/tic_tac_toe/seat0_win_rate", "eval/tic_tac_toe/seat1_ci95",
 ]
 # The Prefect artifacts of a smoke run (flows/train.py): key -> type
@@ -192,6 +196,9 @@ def test_smoke_deployment_run_completes_in_its_runs_dir(smoke_run, servers):
     log = _flow_run_log(servers[0].api_url, run.id, until=done)  # the last line logged
     assert "iter 1/2: reward" in log and "iter 2/2: reward" in log  # one line per iteration
     assert done in log
+    cfg = load_config(runs / "smoke" / CONFIG_FILE)
+    for k in range(cfg.run.iterations):  # the values, not only the files
+        check_iteration(runs / "smoke", k, cfg.rollout.episodes_per_iteration)
 
 
 def test_prefect_artifacts_link_the_mlflow_run(smoke_run, servers):

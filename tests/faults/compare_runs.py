@@ -9,6 +9,9 @@ from pathlib import Path
 import polars as pl
 from mlflow import MlflowClient
 
+from mars_core.layout import (EPISODES_FILE, GENERATE_ROLLOUTS, checkpoint_dir, final_model_dir,
+                              finished_stages, stage_dir)
+
 NONDETERMINISTIC = ("time/", "tokens_per_s", "_s", "checkpoint/size_mb")
 
 
@@ -32,8 +35,6 @@ def _runs(client: MlflowClient, run_dir: Path) -> dict[str, object]:
 def first_difference(ref: Path, got: Path) -> str:
     """The first stage file (in run order) whose bytes differ between two runs: where a
     mismatch of the last checkpoint started (weights, a batch, the episodes)."""
-    from tasks.paths import finished_stages
-
     for stage in finished_stages(ref):
         for f in sorted(stage.rglob("*")):
             if f.suffix in (".safetensors", ".parquet") and f.is_file():
@@ -45,18 +46,18 @@ def first_difference(ref: Path, got: Path) -> str:
 
 def assert_same_run(ref: Path, got: Path, iterations: int = 2, tracking: str | None = None) -> None:
     """`tracking`: where `got` tracked (default: the SQLite store beside it)."""
-    last = got / f"iter_{iterations - 1:04d}/save_checkpoint"
+    last = checkpoint_dir(got, iterations - 1)
     for f in sorted((ref / last.relative_to(got)).glob("*.safetensors")):
         assert _digest(last / f.name) == _digest(f), (
             f"checkpoint bytes differ: {f.name}; the first file that differs: "
             f"{first_difference(ref, got)}")
-    for f in sorted((ref / "final/model").glob("*.safetensors")):
-        assert _digest(got / "final/model" / f.name) == _digest(f)
+    for f in sorted(final_model_dir(ref).glob("*.safetensors")):
+        assert _digest(final_model_dir(got) / f.name) == _digest(f)
     for k in range(iterations):
-        rel = f"iter_{k:04d}/generate_rollouts/episodes.parquet"
-        ids = pl.read_parquet(got / rel)["episode_id"]
+        ids, want = (pl.read_parquet(stage_dir(r, k, GENERATE_ROLLOUTS) / EPISODES_FILE)
+                     ["episode_id"] for r in (got, ref))
         assert ids.n_unique() == len(ids), f"an episode counted twice in iteration {k}"
-        assert sorted(ids) == sorted(pl.read_parquet(ref / rel)["episode_id"])
+        assert sorted(ids) == sorted(want)
     cref, cgot = _client(ref), _client(got, tracking)
     rref, rgot = _runs(cref, ref), _runs(cgot, got)
     assert sorted(rgot) == sorted(rref)

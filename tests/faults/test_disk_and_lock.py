@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from mars_core.layout import INIT, PREPARE_POLICY, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
 from mars_core.stages import is_done, verify_stage
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
@@ -34,7 +35,7 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
     args = train_args(runs, "full", tiny_model_dir)
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=run_env(prefect_api, MLFLOW_TRACKING_URI=tracking,
-                                                   MARS_FAULT_WAIT="start:save_checkpoint:1",
+                                                   MARS_FAULT_WAIT=f"start:{SAVE_CHECKPOINT}:1",
                                                    MARS_FAULT_WAIT_FILE=str(flag)))
     wait_for_flag(flag, proc)
     filler = small_disk / "filler"
@@ -50,11 +51,13 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
     assert proc.returncode == 2, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("mars: error: no space left on the disk"), last
-    assert "save_checkpoint" in last and "run the same command again" in last
-    for previous in (runs / "full/iter_0000/save_checkpoint", runs / "full/iter_0001/train_step"):
+    assert SAVE_CHECKPOINT in last and "run the same command again" in last
+    for previous in (stage_dir(runs / "full", 0, SAVE_CHECKPOINT),
+                     stage_dir(runs / "full", 1, TRAIN_STEP)):
         assert is_done(previous) and verify_stage(previous) is None  # intact, every byte
-    assert not is_done(runs / "full/iter_0001/save_checkpoint")
-    assert not (runs / "full/iter_0001/save_checkpoint.partial").exists()
+    saving = stage_dir(runs / "full", 1, SAVE_CHECKPOINT)
+    assert not is_done(saving)
+    assert not saving.with_name(saving.name + ".partial").exists()
     filler.unlink()
     done = train(args, run_env(prefect_api, MLFLOW_TRACKING_URI=tracking))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -65,7 +68,8 @@ def test_a_second_process_on_the_same_run_is_refused(tmp_path, tiny_model_dir, p
     runs, flag = tmp_path / "runs", tmp_path / "flag"
     args = train_args(runs, "twice", tiny_model_dir)
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=run_env(prefect_api, MARS_FAULT_WAIT="mid:prepare_policy:init",
+                             text=True, env=run_env(prefect_api,
+                                                    MARS_FAULT_WAIT=f"mid:{PREPARE_POLICY}:{INIT}",
                                                     MARS_FAULT_WAIT_FILE=str(flag)))
     wait_for_flag(flag, first)
     second = train(args, run_env(prefect_api))
@@ -73,7 +77,8 @@ def test_a_second_process_on_the_same_run_is_refused(tmp_path, tiny_model_dir, p
     last = second.stderr.strip().splitlines()[-1]
     assert last.startswith("mars: error: run folder") and "Traceback" not in second.stderr
     assert f"is in use by process {first.pid} on" in last
-    assert (runs / "twice/init/prepare_policy.partial").is_dir()  # the first one's work, kept
+    prepared = stage_dir(runs / "twice", INIT, PREPARE_POLICY)
+    assert prepared.with_name(prepared.name + ".partial").is_dir()  # the first one's work, kept
     flag.unlink()
     out, err = first.communicate(timeout=900)
     assert first.returncode == 0, err[-3000:]

@@ -14,32 +14,34 @@ from __future__ import annotations
 
 import pytest
 
+from mars_core.layout import (COMPUTE_ADVANTAGES, EVALUATE, FINAL, FINAL_MODEL, GENERATE_ROLLOUTS,
+                              INIT, INIT_STAGES, ITERATION_STAGES, PREPARE_POLICY,
+                              SAVE_CHECKPOINT, STRENGTH, TRAIN_STEP, checkpoint_dir,
+                              iter_name)
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args
 
 pytestmark = pytest.mark.timeout(7200 if FULL else 1500)
 
-STAGES_INIT = ("prepare_policy", "evaluate")
-STAGES_ITER = ("generate_rollouts", "build_players", "filter_steps", "assign_rewards",
-               "bank_episodes", "build_batch", "compute_advantages", "replays", "train_step",
-               "save_checkpoint", "evaluate")
+STAGES_INIT = INIT_STAGES  # prepare_policy, evaluate
+STAGES_ITER = ITERATION_STAGES  # generate_rollouts ... save_checkpoint, evaluate
 WHEN = ("start", "mid", "end")
 
 
 def every_point() -> list[str]:
-    points = ["mid:ensure_run:init"]
-    points += [f"{w}:{s}:init" for s in STAGES_INIT for w in WHEN]
+    points = [f"mid:ensure_run:{INIT}"]
+    points += [f"{w}:{s}:{INIT}" for s in STAGES_INIT for w in WHEN]
     points += [f"{w}:{s}:0" for s in STAGES_ITER for w in WHEN]
-    points += ["mid:train_step:1", "end:save_checkpoint:1", "mid:evaluate:1"]
-    points += [f"{w}:model:final" for w in WHEN]
-    points += ["mid:register_model:final", "end:register_model:final"]
-    points += [f"{w}:strength:final" for w in WHEN]
+    points += [f"mid:{TRAIN_STEP}:1", f"end:{SAVE_CHECKPOINT}:1", f"mid:{EVALUATE}:1"]
+    points += [f"{w}:{FINAL_MODEL}:{FINAL}" for w in WHEN]
+    points += [f"mid:register_model:{FINAL}", f"end:register_model:{FINAL}"]
+    points += [f"{w}:{STRENGTH}:{FINAL}" for w in WHEN]
     return points
 
 
-SLICE = ["mid:ensure_run:init", "mid:prepare_policy:init", "end:generate_rollouts:0",
-         "start:compute_advantages:0", "mid:train_step:0", "end:save_checkpoint:0",
-         "mid:evaluate:1", "mid:register_model:final"]
+SLICE = [f"mid:ensure_run:{INIT}", f"mid:{PREPARE_POLICY}:{INIT}", f"end:{GENERATE_ROLLOUTS}:0",
+         f"start:{COMPUTE_ADVANTAGES}:0", f"mid:{TRAIN_STEP}:0", f"end:{SAVE_CHECKPOINT}:0",
+         f"mid:{EVALUATE}:1", f"mid:register_model:{FINAL}"]
 
 
 def test_kill_at_every_point_then_resume(tmp_path, tiny_model_dir, prefect_api, reference_run):
@@ -65,9 +67,9 @@ def test_a_corrupt_checkpoint_is_found_and_redone_on_resume(tmp_path, tiny_model
                                                             reference_run):
     runs = tmp_path / "runs"
     args = train_args(runs, "rot", tiny_model_dir)
-    killed = train(args, run_env(prefect_api, MARS_FAULT_KILL="start:generate_rollouts:1"))
+    killed = train(args, run_env(prefect_api, MARS_FAULT_KILL=f"start:{GENERATE_ROLLOUTS}:1"))
     assert killed.returncode == -9
-    weights = next((runs / "rot/iter_0000/save_checkpoint").glob("*.safetensors"))
+    weights = next(checkpoint_dir(runs / "rot", 0).glob("*.safetensors"))
     with open(weights, "r+b") as f:  # one byte rots on disk, the size stays
         f.seek(weights.stat().st_size // 2)
         byte = f.read(1)
@@ -76,5 +78,5 @@ def test_a_corrupt_checkpoint_is_found_and_redone_on_resume(tmp_path, tiny_model
     done = train(args, run_env(prefect_api))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "does not match the SHA-256" in done.stdout + done.stderr
-    assert list((runs / "rot/.damaged").glob("*/iter_0000/save_checkpoint"))
+    assert list((runs / "rot/.damaged").glob(f"*/{iter_name(0)}/{SAVE_CHECKPOINT}"))
     assert_same_run(reference_run, runs / "rot")

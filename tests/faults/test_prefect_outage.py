@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mars_core.layout import BANK_EPISODES, BUILD_BATCH, stage_dir
+from mars_core.stages import MARKER
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args
@@ -34,7 +36,7 @@ def test_lost_mid_run_then_resumed(tmp_path, tiny_model_dir, reference_run):
         started(server)
         runs, flag = tmp_path / "runs", tmp_path / "flag"
         args = train_args(runs, "lost", tiny_model_dir)
-        env = run_env(api, PREFECT_HOME=home, MARS_FAULT_WAIT="start:build_batch:0",
+        env = run_env(api, PREFECT_HOME=home, MARS_FAULT_WAIT=f"start:{BUILD_BATCH}:0",
                       MARS_FAULT_WAIT_FILE=str(flag), PREFECT_CLIENT_MAX_RETRIES="1")
         proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -49,7 +51,7 @@ def test_lost_mid_run_then_resumed(tmp_path, tiny_model_dir, reference_run):
         ours = [line for line in err.splitlines() if line.startswith("mars: error:")]
         assert len(ours) == 1 and ours[0].startswith(
             f"mars: error: lost the Prefect API at {api} mid-run"), err[-3000:]
-        assert (runs / "lost/iter_0000/bank_episodes/_COMPLETE").is_file()
+        assert (stage_dir(runs / "lost", 0, BANK_EPISODES) / MARKER).is_file()
     finally:
         server.kill()
     done = train(args, run_env(None))  # resumed on a temporary local server

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mars_core.layout import GENERATE_ROLLOUTS, TRAIN_STEP, stage_dir
 from mars_core.stages import is_done
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args, wait_for_flag
@@ -43,7 +44,7 @@ def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
         tmp_path, tiny_model_dir, prefect_api, reference_run, mlflow_server):
     runs, flag = tmp_path / "runs", tmp_path / "flag"
     args = train_args(runs, "outage", tiny_model_dir)
-    env = _env(prefect_api, mlflow_server, flag, "end:generate_rollouts:0", 4)
+    env = _env(prefect_api, mlflow_server, flag, f"end:{GENERATE_ROLLOUTS}:0", 4)
     proc = _train_in_background(args, env)
     wait_for_flag(flag, proc)
     mlflow_server.kill()  # the tracking server goes away for longer than the retry window
@@ -53,7 +54,7 @@ def test_long_outage_fails_cleanly_and_the_rerun_publishes_what_is_missing(
     last = err.strip().splitlines()[-1]
     assert last.startswith("mars: error: MLflow tracking unreachable for 4 s"), last
     assert "run the same command again" in last
-    assert is_done(runs / "outage/iter_0000/generate_rollouts")  # the rollouts are kept
+    assert is_done(stage_dir(runs / "outage", 0, GENERATE_ROLLOUTS))  # the rollouts are kept
     started(mlflow_server)
     done = train(args, run_env(prefect_api, MLFLOW_TRACKING_URI=mlflow_server.url))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -65,7 +66,7 @@ def test_short_outage_costs_a_wait_not_the_run(tmp_path, tiny_model_dir, prefect
                                                reference_run, mlflow_server):
     runs, flag = tmp_path / "runs", tmp_path / "flag"
     args = train_args(runs, "blip", tiny_model_dir)
-    env = _env(prefect_api, mlflow_server, flag, "end:train_step:0", 300)
+    env = _env(prefect_api, mlflow_server, flag, f"end:{TRAIN_STEP}:0", 300)
     proc = _train_in_background(args, env)
     wait_for_flag(flag, proc)
     mlflow_server.kill()

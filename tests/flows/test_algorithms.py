@@ -15,8 +15,13 @@ import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.advantages import ESTIMATORS
+from mars_core.estimators import ESTIMATORS
+from mars_core.layout import (ASSIGN_REWARDS, BATCH_FILE, BUILD_BATCH, BUILD_PLAYERS,
+                              COMPOSITION_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
+                              GENERATE_ROLLOUTS, PLAYERS_FILE, SAMPLES_FILE, TURNS_FILE,
+                              checkpoint_dir, iter_dir, stage_dir)
 from tests.conftest import REPO
+from tests.flows.invariants import check_iteration
 
 SMOKE = str(REPO / "configs/smoke.yaml")
 
@@ -36,10 +41,11 @@ def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_
     assert rc == 0
     run = tmp_path / estimator
     for k in (0, 1):
-        samples = pl.read_parquet(run / f"iter_{k:04d}/compute_advantages/samples.parquet")
+        check_iteration(run, k, episodes_per_iteration=4)
+        samples = pl.read_parquet(stage_dir(run, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
         assert len(samples) and samples["advantage"].is_finite().all()
-        assert (run / f"iter_{k:04d}/save_checkpoint/estimator_state.json").is_file()
-    state = json.loads((run / "iter_0001/save_checkpoint/estimator_state.json").read_text())
+        assert (checkpoint_dir(run, k) / "estimator_state.json").is_file()
+    state = json.loads((checkpoint_dir(run, 1) / "estimator_state.json").read_text())
     assert bool(state.get("rae")) == (estimator == "rae")
 
 
@@ -53,16 +59,16 @@ def test_in2ai_preset_bank_batches_curriculum_and_frozen_opponents(tmp_path, pre
         "iter_0000.parquet", "iter_0001.parquet", "iter_0002.parquet"]
     seen: set[str] = set()
     for k in range(3):
-        it = run / f"iter_{k:04d}"
-        batch = pl.read_parquet(it / "build_batch/batch.parquet")
+        it = iter_dir(run, k)
+        batch = pl.read_parquet(it / BUILD_BATCH / BATCH_FILE)
         assert set(batch["agent"]) == {"policy"} and batch["eligible"].all()
         assert not seen & set(batch["step_id"])  # a step is trained on once
         seen |= set(batch["step_id"])
         per_episode = batch.group_by("episode_id").len()["len"]
         assert per_episode.max() <= 4 or batch["episode_id"].n_unique() == 1
-        comp = json.loads((it / "build_batch/composition.json").read_text())
+        comp = json.loads((it / BUILD_BATCH / COMPOSITION_FILE).read_text())
         assert comp["steps"] == len(batch) <= 6
-        episodes = pl.read_parquet(it / "generate_rollouts/episodes.parquet")
+        episodes = pl.read_parquet(it / GENERATE_ROLLOUTS / EPISODES_FILE)
         agents = {a for row in episodes["agents"] for a in row}
         # the curriculum: iteration 0 meets only the first opponents, 2 also frozen / self
         if k == 0:
@@ -70,10 +76,10 @@ def test_in2ai_preset_bank_batches_curriculum_and_frozen_opponents(tmp_path, pre
         if k == 2:
             assert any(a.startswith("frozen:") for a in agents)
         assert (episodes["game"] == "three_player_ipd").sum() == 4  # game weights 1 : 2
-    players = pl.read_parquet(run / "iter_0002/build_players/players.parquet")
+    players = pl.read_parquet(stage_dir(run, 2, BUILD_PLAYERS) / PLAYERS_FILE)
     frozen = players.filter(pl.col("agent").str.starts_with("frozen:"))
     assert len(frozen) and not frozen["trainable"].any()  # only the policy's seats train
-    turns = pl.read_parquet(run / "iter_0002/assign_rewards/turns.parquet")
+    turns = pl.read_parquet(stage_dir(run, 2, ASSIGN_REWARDS) / TURNS_FILE)
     assert not turns.filter(pl.col("agent") != "policy")["eligible"].any()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("mindgames-in2ai")
@@ -95,8 +101,9 @@ def test_rae_state_survives_a_kill_and_resume(tmp_path, prefect_api, tiny_model_
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO)}
     ref = subprocess.run(args("ref"), env=env, cwd=REPO, capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr[-3000:]
-    paused = tmp_path / "cut/iter_0002/compute_advantages.partial/PAUSED"
-    proc = subprocess.Popen(args("cut"), env={**env, "MARS_FAULT_PAUSE": "compute_advantages:2"},
+    cut = stage_dir(tmp_path / "cut", 2, COMPUTE_ADVANTAGES)
+    paused = cut.with_name(cut.name + ".partial") / "PAUSED"
+    proc = subprocess.Popen(args("cut"), env={**env, "MARS_FAULT_PAUSE": f"{COMPUTE_ADVANTAGES}:2"},
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.time() + 600
     while not paused.is_file():
@@ -108,13 +115,13 @@ def test_rae_state_survives_a_kill_and_resume(tmp_path, prefect_api, tiny_model_
     assert again.returncode == 0, again.stderr[-3000:]
 
     def state(name, k):
-        path = tmp_path / name / f"iter_{k:04d}/save_checkpoint/estimator_state.json"
+        path = checkpoint_dir(tmp_path / name, k) / "estimator_state.json"
         return json.loads(path.read_text())["rae"]
 
     assert state("ref", 0) and state("ref", 1) != state("ref", 0)  # the baselines move
     for k in range(3):
         assert state("cut", k) == state("ref", k)
-    adv = [pl.read_parquet(tmp_path / n / "iter_0002/compute_advantages/samples.parquet")
+    adv = [pl.read_parquet(stage_dir(tmp_path / n, 2, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
            ["advantage"].to_list() for n in ("ref", "cut")]
     assert adv[0] == adv[1]
 

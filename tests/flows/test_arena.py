@@ -11,6 +11,8 @@ import yaml
 from mlflow import MlflowClient
 
 from cli.main import main
+from mars_core.layout import (CONFIG_FILE, INIT, PREPARE_POLICY, checkpoint_dir, stage_dir,
+                              start_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -18,12 +20,12 @@ def fake_run(tmp_path_factory, tiny_model_dir):
     """A run directory with the layout `mars train` leaves: a start policy and two
     checkpoints (the tiny model's weights) and one whose weights were pruned."""
     run = tmp_path_factory.mktemp("runs") / "tiny-run"
-    (run / "init/prepare_policy").mkdir(parents=True)
-    (run / "config.yaml").write_text("run: {iterations: 3}\n")
-    shutil.copytree(tiny_model_dir, run / "init/prepare_policy/model")
+    stage_dir(run, INIT, PREPARE_POLICY).mkdir(parents=True)
+    (run / CONFIG_FILE).write_text("run: {iterations: 3}\n")
+    shutil.copytree(tiny_model_dir, start_model_dir(run))
     for k in (0, 2):
-        shutil.copytree(tiny_model_dir, run / f"iter_{k:04d}/save_checkpoint")
-    (run / "iter_0001/save_checkpoint").mkdir(parents=True)  # keep_last removed its weights
+        shutil.copytree(tiny_model_dir, checkpoint_dir(run, k))
+    checkpoint_dir(run, 1).mkdir(parents=True)  # keep_last removed its weights
     return run
 
 

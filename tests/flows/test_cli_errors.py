@@ -53,3 +53,21 @@ def test_folder_that_is_not_a_run_is_refused(tmp_path, capsys):
     (tmp_path / "smoke" / "notes.txt").write_text("mine")
     rc, err = _run(capsys, "--config", SMOKE, "--runs-dir", str(tmp_path))
     assert rc == 2 and "is not a run directory" in err
+
+
+def test_compare_refused_on_its_third_preset_leaves_no_run_folder(tmp_path, capsys):
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    for name in ("first", "second"):
+        (presets / f"{name}.yaml").write_text(f"extends: {SMOKE}\n")
+    (presets / "third.yaml").write_text(f"extends: {SMOKE}\nrollout:\n  temprature: 0.9\n")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rc = main(["compare", "--presets", ",".join(str(presets / f"{n}.yaml")
+                                                for n in ("first", "second", "third")),
+               "--runs-dir", str(runs)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "unknown config key 'rollout.temprature'" in err
+    assert len(err.splitlines()) == 1
+    assert not any(runs.iterdir())  # the checks read; the flows write
+

@@ -27,6 +27,7 @@ from safetensors.torch import load_file
 from cli.main import main
 from mars_core import train_deepspeed as ds
 from mars_core.config import load_config
+from mars_core.layout import TRAIN_STEP, checkpoint_dir, final_model_dir, stage_dir
 from mars_core.models import load_model, load_tokenizer
 from mars_core.trainer import TorchUpdater, load_samples, make_optimizer, ppo_update
 from tests.conftest import REPO
@@ -177,9 +178,10 @@ def test_train_flow_with_deepspeed_survives_a_kill_and_prunes(tmp_path, prefect_
     args = ["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", "ds",
             *_tiny(tiny_model_dir)]
     run = tmp_path / "ds"
-    paused = run / "iter_0001/train_step.partial/PAUSED"
+    stepping = stage_dir(run, 1, TRAIN_STEP)
+    paused = stepping.with_name(stepping.name + ".partial") / "PAUSED"
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(REPO),
-           "MARS_FAULT_PAUSE": "train_step:1"}
+           "MARS_FAULT_PAUSE": f"{TRAIN_STEP}:1"}
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.time() + 600
@@ -191,7 +193,7 @@ def test_train_flow_with_deepspeed_survives_a_kill_and_prunes(tmp_path, prefect_
     proc.wait()
     assert main(args) == 0  # resumed: iteration 1's train_step runs again, from iteration 0
 
-    ck0, ck1 = run / "iter_0000/save_checkpoint", run / "iter_0001/save_checkpoint"
+    ck0, ck1 = checkpoint_dir(run, 0), checkpoint_dir(run, 1)
     assert _digest(ck1 / "model.safetensors") == killed_weights  # the same update again
     assert _float32_only(ck1 / "model.safetensors")
     state = ck1 / "deepspeed/state"  # bf16_zero_pp_rank_0_... where model.bf16 resolves to on
@@ -202,12 +204,12 @@ def test_train_flow_with_deepspeed_survives_a_kill_and_prunes(tmp_path, prefect_
     # keep_last 1: iteration 0's weights and DeepSpeed state are gone, its light files stay
     assert not (ck0 / "deepspeed").exists() and not list(ck0.glob("*.safetensors"))
     assert not (ck0 / "trainer_state.pt").exists() and (ck0 / "config.json").is_file()
-    spec1 = json.loads((run / "iter_0001/train_step" / ds.SPEC_FILE).read_text())
+    spec1 = json.loads((stage_dir(run, 1, TRAIN_STEP) / ds.SPEC_FILE).read_text())
     assert spec1["resume"] == str((ck0 / "deepspeed").resolve()) and spec1["iteration"] == 1
     for k in (0, 1):  # published, so the stage folders keep only the light files
-        step = run / f"iter_{k:04d}/train_step"
+        step = stage_dir(run, k, TRAIN_STEP)
         assert not (step / "deepspeed").exists() and (step / ds.LOG_FILE).is_file()
-    final = run / "final/model"
+    final = final_model_dir(run)
     assert (final / "model.safetensors").is_file() and not (final / "deepspeed").exists()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("mars-smoke")

@@ -9,7 +9,11 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config
+from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE,
+                              GENERATE_ROLLOUTS, RESULTS_FILE, SAMPLES_FILE, TURNS_FILE,
+                              stage_dir)
 from tests.conftest import REPO
+from tests.flows.invariants import check_iteration
 
 GENERALIST = str(REPO / "configs/mars/generalist.yaml")
 GAMES = ["tic_tac_toe", "kuhn_poker", "mini_hanabi"]
@@ -39,15 +43,16 @@ def test_generalist_trains_on_three_games_in_one_run(tmp_path, prefect_api, tiny
                "--set", "evaluation.opponents={tic_tac_toe: bot:mcts-5}"])
     assert rc == 0
     run = tmp_path / "generalist"
-    episodes = pl.read_parquet(run / "iter_0000/generate_rollouts/episodes.parquet")
+    check_iteration(run, 0, episodes_per_iteration=6)
+    episodes = pl.read_parquet(stage_dir(run, 0, GENERATE_ROLLOUTS) / EPISODES_FILE)
     assert sorted(episodes["game"].to_list()) == sorted(GAMES * 2)  # split evenly by game
-    samples = pl.read_parquet(run / "iter_0000/compute_advantages/samples.parquet")
+    samples = pl.read_parquet(stage_dir(run, 0, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
     assert set(samples["game"]) == set(GAMES)
-    turns = pl.read_parquet(run / "iter_0000/assign_rewards/turns.parquet")
+    turns = pl.read_parquet(stage_dir(run, 0, ASSIGN_REWARDS) / TURNS_FILE)
     forfeits = turns.filter(~pl.col("valid")).group_by("game").agg(pl.col("game_reward").min())
     # The tiny model's replies are invalid: Tic-Tac-Toe's forfeit (-1) is doubled to -2.
     assert dict(forfeits.iter_rows()).get("tic_tac_toe", -2.0) == pytest.approx(-2.0)
-    results = json.loads((run / "iter_0000/evaluate/results.json").read_text())
+    results = json.loads((stage_dir(run, 0, EVALUATE) / RESULTS_FILE).read_text())
     assert {(r["game"], r["opponent"]) for r in results} == {
         ("tic_tac_toe", "bot:mcts-5"), ("kuhn_poker", "bot:nash"), ("mini_hanabi", "self")}
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from cli.main import main
 from mars_core.checkpoint import TRAINER_STATE
+from mars_core.layout import checkpoint_dir, final_model_dir, start_model_dir
 from mars_core.lora import ADAPTER
 from tests.conftest import REPO
 
@@ -24,7 +25,7 @@ def test_lora_run_trains_the_adapter_and_publishes_merged_weights(tmp_path, pref
     assert main(["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", "l",
                  *[a for s in sets for a in ("--set", s)]]) == 0
     run = tmp_path / "l"
-    ck0, ck1 = run / "iter_0000/save_checkpoint", run / "iter_0001/save_checkpoint"
+    ck0, ck1 = checkpoint_dir(run, 0), checkpoint_dir(run, 1)
     a0 = load_file(ck0 / ADAPTER / "adapter_model.safetensors")
     a1 = load_file(ck1 / ADAPTER / "adapter_model.safetensors")
     assert a0 and a0.keys() == a1.keys()
@@ -32,9 +33,9 @@ def test_lora_run_trains_the_adapter_and_publishes_merged_weights(tmp_path, pref
     assert moved and all(a0[k].abs().max() > 0 for k in moved)  # iteration 1 continued it
     assert (ck1 / TRAINER_STATE).stat().st_size < 2**20  # the adapter's optimizer state only
     merged = load_file(ck1 / "model.safetensors")
-    start = load_file(run / "init/prepare_policy/model/model.safetensors")
+    start = load_file(start_model_dir(run) / "model.safetensors")
     assert merged.keys() == start.keys()  # a plain model: the adapter merged in
     assert any(not torch.equal(merged[k], start[k]) for k in merged if "q_proj" in k)
     assert all(torch.equal(merged[k], start[k]) for k in merged if "mlp" in k)  # not adapted
-    final = run / "final/model"
+    final = final_model_dir(run)
     assert (final / "model.safetensors").is_file() and not (final / ADAPTER).exists()

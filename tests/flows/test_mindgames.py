@@ -11,9 +11,14 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config, load_strategic_config
-from mars_core.evaluation import MINDGAMES_OPPONENTS
-from mars_core.games.registry import MINDGAMES, make_game
+from mars_core.games.opponents import MINDGAMES_OPPONENTS
+from mars_core.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, COMPUTE_ADVANTAGES, FILTER_STEPS,
+                              PLAYERS_FILE, SAMPLES_FILE, TURNS_FILE, iter_dir)
+from mars_core.stages import MARKER
+from mars_core.games.catalog import MINDGAMES
+from mars_core.games.registry import make_game
 from tests.conftest import REPO
+from tests.flows.invariants import check_iteration
 
 MIXED = str(REPO / "configs/mindgames/mixed.yaml")
 
@@ -42,18 +47,19 @@ def test_mixed_preset_trains_through_the_post_episode_stages(tmp_path, prefect_a
                "--set", "rollout.opponents={colonel_blotto: bot:blotto-focus}",
                "--set", "evaluation.opponents={tic_tac_toe: bot:mcts-5}"])
     assert rc == 0
-    it = tmp_path / "mixed" / "iter_0000"
-    for stage in ("build_players", "filter_steps", "assign_rewards"):
-        assert (it / stage / "_COMPLETE").is_file()
-    players = pl.read_parquet(it / "build_players/players.parquet")
+    it = iter_dir(tmp_path / "mixed", 0)
+    check_iteration(tmp_path / "mixed", 0, episodes_per_iteration=4)
+    for stage in (BUILD_PLAYERS, FILTER_STEPS, ASSIGN_REWARDS):
+        assert (it / stage / MARKER).is_file()
+    players = pl.read_parquet(it / BUILD_PLAYERS / PLAYERS_FILE)
     blotto = players.filter(pl.col("game") == "colonel_blotto")
     assert set(blotto["agent"]) == {"policy", "bot:blotto-focus"}  # the policy's seat rotates
     assert set(blotto.filter(pl.col("trainable"))["player"]) == {0, 1}
-    turns = pl.read_parquet(it / "assign_rewards/turns.parquet")
+    turns = pl.read_parquet(it / ASSIGN_REWARDS / TURNS_FILE)
     bot_turns = turns.filter(pl.col("agent") != "policy")
     assert len(bot_turns) and set(bot_turns["gate_reason"]) == {"not_trainable"}
     assert not bot_turns["eligible"].any()
-    samples = pl.read_parquet(it / "compute_advantages/samples.parquet")
+    samples = pl.read_parquet(it / COMPUTE_ADVANTAGES / SAMPLES_FILE)
     assert set(samples["game"]) <= {"tic_tac_toe", "colonel_blotto"}
     # each sample carries the temperature it was drawn at: Blotto's own 1.0, the run's 0.6
     assert set(samples.select("game", "temperature").unique().iter_rows()) <= {

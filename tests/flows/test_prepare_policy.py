@@ -1,7 +1,8 @@
 """The start of a run: without a warm-up, a policy that never answers validly is flagged."""
 from mars_core.config import load_config
+from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir
 from mars_core.stages import read_json
-from tasks.paths import prepare_run_dir, stage_dir
+from tasks.paths import prepare_run_dir
 from tasks.train import prepare_policy
 from tests.conftest import REPO
 
@@ -14,5 +15,5 @@ def test_no_warmup_measures_and_warns(tmp_path, tiny_model_dir, capsys):
     metrics = prepare_policy.fn(str(run))
     assert metrics["warmup/invalid_rate_before"] == 1.0
     assert "consider a format warm-up" in capsys.readouterr().out
-    policy = read_json(stage_dir(run, "init", "prepare_policy") / "policy.json")
+    policy = read_json(stage_dir(run, INIT, PREPARE_POLICY) / POLICY_FILE)
     assert policy["path"] == str(tiny_model_dir)

@@ -10,6 +10,8 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config
+from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, REPLAYS,
+                              RUN_FILE, iter_name, stage_dir)
 from tasks.paths import prepare_run_dir
 from tests.conftest import REPO
 from tests.unit.test_replay import bot_games, gated, page_payload, samples, write_flat
@@ -25,9 +27,9 @@ def run(tmp_path):
         run = tmp_path / "runs" / "smoke"
         prepare_run_dir(run, load_config(SMOKE, [f"tracking.replays_per_iteration={replays}"]))
         eps = bot_games(4, prefix="it0-")
-        write_flat(run / "iter_0000/generate_rollouts", eps)
-        write_flat(run / "iter_0000/assign_rewards", [gated(eps[0], 1), *eps[1:]])
-        samples(run / "iter_0000/compute_advantages", [("it0-0", 0, 0.75), ("it0-1", 1, -0.25)])
+        write_flat(stage_dir(run, 0, GENERATE_ROLLOUTS), eps)
+        write_flat(stage_dir(run, 0, ASSIGN_REWARDS), [gated(eps[0], 1), *eps[1:]])
+        samples(stage_dir(run, 0, COMPUTE_ADVANTAGES), [("it0-0", 0, 0.75), ("it0-1", 1, -0.25)])
         return run
     return make
 
@@ -94,15 +96,15 @@ def test_training_stage_writes_logs_and_replays_from_mlflow(run, tmp_path, capsy
 
     folder = run()
     metrics = write_iteration_replays.fn(str(folder), 0)
-    pages = sorted(p.name for p in (folder / "iter_0000/replays").glob("*.html"))
+    pages = sorted(p.name for p in stage_dir(folder, 0, REPLAYS).glob("*.html"))
     assert metrics["replays/pages"] == 2.0 and len(pages) == 3 and "index.html" in pages
     assert write_iteration_replays.fn(str(folder), 0) == metrics  # resumed: not redone
-    run_id = json.loads((folder / "mlflow_run.json").read_text())["run_id"]
+    run_id = json.loads((folder / RUN_FILE).read_text())["run_id"]
     uri = f"sqlite:///{folder.parent.resolve()}/mlflow.db"
-    logged = {f.path for f in MlflowClient(uri).list_artifacts(run_id, "replays/iter_0000")}
-    assert {f"replays/iter_0000/{p}" for p in pages} <= logged
+    logged = {f.path for f in MlflowClient(uri).list_artifacts(run_id, f"{REPLAYS}/{iter_name(0)}")}
+    assert {f"{REPLAYS}/{iter_name(0)}/{p}" for p in pages} <= logged
     out = tmp_path / "logged.html"
-    rc, stdout, err = _replay(capsys, f"runs:/{run_id}/replays/iter_0000", "--runs-dir",
+    rc, stdout, err = _replay(capsys, f"runs:/{run_id}/{REPLAYS}/{iter_name(0)}", "--runs-dir",
                               folder.parent, "--out", out)
     assert rc == 0, err
     data = page_payload(out.read_text())[0]
@@ -114,4 +116,4 @@ def test_zero_replays_writes_nothing(run, prefect_api):
 
     folder = run(replays=0)
     assert write_iteration_replays.fn(str(folder), 0) == {}
-    assert not (folder / "iter_0000/replays").exists()
+    assert not stage_dir(folder, 0, REPLAYS).exists()

@@ -7,7 +7,10 @@ import json
 from mlflow import MlflowClient
 
 from cli.main import main
+from mars_core.layout import (FINAL, GENERATE_ROLLOUTS, STRENGTH, STRENGTH_JSON, TRAIN_STEP,
+                              iter_name, stage_dir)
 from tests.conftest import REPO
+from tests.flows.invariants import check_iteration
 
 SMOKE = str(REPO / "configs/smoke.yaml")
 
@@ -22,7 +25,8 @@ def test_run_ends_with_start_and_final_strength(tmp_path, prefect_api, tiny_mode
                "--set", "evaluation.opponents={tic_tac_toe: [bot:random, bot:mcts-5]}"])
     assert rc == 0
     run = tmp_path / "s"
-    rows = json.loads((run / "final/strength/strength.json").read_text())
+    check_iteration(run, 0, episodes_per_iteration=4)
+    rows = json.loads((stage_dir(run, FINAL, STRENGTH) / STRENGTH_JSON).read_text())
     assert {(r["policy"], r["opponent"]) for r in rows} == {
         (p, o) for p in ("start", "final") for o in ("bot:random", "bot:mcts-5")}
     for r in rows:
@@ -44,8 +48,8 @@ def test_run_ends_with_start_and_final_strength(tmp_path, prefect_api, tiny_mode
     assert parent.data.tags["mars.base_model"] == str(tiny_model_dir)
     assert len(parent.data.tags["mlflow.source.git.commit"]) == 40
     inputs = {(d.dataset.name, d.tags[0].value) for d in parent.inputs.dataset_inputs}
-    assert inputs == {("s/iter_0000/episodes", "generate_rollouts"),
-                      ("s/iter_0000/turns", "generate_rollouts")}
+    assert inputs == {("s/iter_0000/episodes", GENERATE_ROLLOUTS),
+                      ("s/iter_0000/turns", GENERATE_ROLLOUTS)}
     _check_prefect_artifacts(tmp_path, parent.info.run_id)
 
 
@@ -85,4 +89,5 @@ def _check_prefect_artifacts(runs_dir, mlflow_run_id):
     progress, = by_key["s-iterations"]
     assert progress.type == "progress" and float(progress.data) == 100.0
     names = {t.name for t in tasks}
-    assert {"generate_rollouts iter_0000", "train_step iter_0000", "evaluate step 1"} <= names
+    assert {f"{GENERATE_ROLLOUTS} {iter_name(0)}", f"{TRAIN_STEP} {iter_name(0)}",
+            "evaluate step 1"} <= names

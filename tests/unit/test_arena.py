@@ -18,6 +18,7 @@ from mars_core.arena.schedule import (NEWCOMER, Match, fingerprint, pool_matches
                                       sampled, sides, with_newcomer)
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.registry import make_game
+from mars_core.layout import checkpoint_dir
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
@@ -252,8 +253,8 @@ def test_the_pool_schedule_is_the_same_games_for_every_newcomer():
 
 
 def test_agents_and_presets_refuse_bad_input_in_one_line():
-    assert parse_agent("ckpt80=runs/demo/iter_0001/save_checkpoint") == (
-        "ckpt80", "runs/demo/iter_0001/save_checkpoint")
+    ckpt = checkpoint_dir("runs/demo", 1).as_posix()  # runs/demo/iter_0001/save_checkpoint
+    assert parse_agent(f"ckpt80={ckpt}") == ("ckpt80", ckpt)
     assert parse_agent("models:/m@champion") == ("models:/m@champion", "models:/m@champion")
     assert parse_agent("bot:mcts-10") == ("bot:mcts-10", "bot:mcts-10")
     for bad, msg in (("x=bot:random", "labelled by its spec"), ("bot:x=embedded", "reserved"),

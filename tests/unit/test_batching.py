@@ -7,8 +7,8 @@ import random
 import polars as pl
 import pytest
 
-from mars_core.batching import (bank_add, bank_read, build_batch, composition_metrics,
-                                reward_bins, with_step_ids)
+from mars_core.bank import bank_add, bank_read
+from mars_core.batching import build_batch, composition_metrics, reward_bins, with_step_ids
 
 SCHEMA = {"episode_id": pl.Utf8, "game": pl.Utf8, "role": pl.Utf8, "turn": pl.Int64,
           "reward": pl.Float64, "completion_ids": pl.List(pl.Int64)}

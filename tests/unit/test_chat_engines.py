@@ -294,3 +294,30 @@ def _closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def test_the_one_builder_picks_the_engine_for_a_spec(tiny_model_dir):
+    """`build_engine`: an endpoint URL (with `#NAME`) is the OpenAI client, a folder the
+    in-process engine (behind its chat template with `chat=True`); `vllm` asks the caller's
+    client, made to serve the weights."""
+    from mars_core.engines.build import build_engine
+    from mars_core.engines.hf import HFEngine
+
+    with FakeServer() as srv:
+        engine = build_engine(srv.url + "#second-model", batch_size=2, bf16=False, chat=True)
+        assert isinstance(engine, OpenAIChatEngine) and engine.model == "second-model"
+        assert engine.max_concurrency == 16
+    chat = build_engine(str(tiny_model_dir), batch_size=3, bf16=False, chat=True)
+    assert isinstance(chat, HFChatEngine) and chat.engine.batch_size == 3
+    plain = build_engine(str(tiny_model_dir), batch_size=2, bf16=False, share_prefix=False)
+    assert isinstance(plain, HFEngine) and not plain.share_prefix
+
+    class Client:
+        served = None
+
+        def serve(self, path):
+            self.served = path
+
+    client = Client()
+    assert build_engine("/w", backend="vllm", vllm=lambda p: client, batch_size=1,
+                        bf16=False) is client and client.served == "/w"

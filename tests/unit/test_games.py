@@ -7,8 +7,10 @@ import pytest
 from mars_core.config import RewardsConfig
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.base import INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR, format_answer, parse_reply
-from mars_core.games.registry import MARS_GAMES, make_game
-from mars_core.rewards import assign_rewards
+from mars_core.games.catalog import (COOPERATIVE_GAMES, GAMES, HIDDEN_INFORMATION_GAMES, MARS_GAMES,
+                                     MINDGAMES, NASH_GAMES)
+from mars_core.games.registry import make_game
+from mars_core.rewards import mars_turn_rewards
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
@@ -98,7 +100,7 @@ def test_invalid_reply_ends_game_with_penalties(game, bad, error, tokenizer):
         for p in range(n):
             if p != seat:  # the others keep what they had: no win handed out
                 assert ep.returns[p] == pytest.approx(state.s.returns()[p])
-        rewarded = assign_rewards(ep, cfg)
+        rewarded = mars_turn_rewards(ep, cfg)
         last = rewarded.turns[-1]
         assert (last.player, last.valid, last.format_reward) == (seat, False, cfg.invalid_action)
         mine = [t for t in rewarded.turns if t.player == seat]
@@ -142,3 +144,29 @@ def test_draw_bonus_only_in_board_games():
 def test_pyspiel_parameters_follow_the_spec(game, expected):
     params = make_game(game).game.get_parameters()
     assert {k: params.get(k) for k in expected} == expected
+
+
+@pytest.mark.parametrize("game", list(GAMES))
+def test_the_catalog_knows_each_game_as_its_adapter_does(game):
+    """Config validation reads the catalog (no game engine loaded); the adapters are the truth."""
+    adapter = make_game(game)
+    assert adapter.name == game
+    assert (game in COOPERATIVE_GAMES) == adapter.cooperative
+    assert (game not in HIDDEN_INFORMATION_GAMES) == adapter.perfect_information
+    assert (game in NASH_GAMES) == (game in ("kuhn_poker", "leduc_poker"))
+    assert set(GAMES) == set(MARS_GAMES) | set(MINDGAMES)
+
+
+def test_config_validation_loads_no_game_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys; from mars_core.config import load_config; "
+            "load_config(None, ['rollout.games=[kuhn_poker,mini_hanabi]', "
+            "'rollout.episodes_per_iteration=2', 'evaluation.opponents.kuhn_poker=bot:nash']); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pyspiel', 'open_spiel', 'textarena', 'torch', 'transformers', 'prefect', 'mlflow') "
+            "or m.startswith(('mars_core.games.registry', 'mars_core.games.bots', "
+            "'mars_core.strength', 'mars_core.samplers', 'mars_core.rollout'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from eval import graders
+from eval import grader_pool
+from eval.answers import extract_letter, strip_reasoning
 from eval.benchmarks import load
-from eval.graders import extract_letter, extracted_answer, is_correct, strip_reasoning
+from eval.graders import extracted_answer, is_correct
 
 
 def _reference(bench: str, wanted: str) -> str:
@@ -228,14 +229,14 @@ def test_a_wedged_helper_is_killed_and_replaced(short_timeout):
     """A helper that stops answering (stuck in C code, or stopped here with SIGSTOP) costs one
     wrong answer after the timeout, never a hang; a fresh helper grades the next one."""
     assert is_correct("gsm8k", "\\boxed{18}", "18")
-    wedged = [w.proc for w in graders._pool().workers if w.proc is not None]
-    before = graders.grader_stats()["killed"]
+    wedged = [w.proc for w in grader_pool._pool().workers if w.proc is not None]
+    before = grader_pool.grader_stats()["killed"]
     try:
         for proc in wedged:
             os.kill(proc.pid, signal.SIGSTOP)
         verdict, took = _in_thread(is_correct, "gsm8k", "\\boxed{18}", "18")
         assert verdict is False and TIMEOUT_S <= took < BOUND_S
-        assert graders.grader_stats()["killed"] == before + 1
+        assert grader_pool.grader_stats()["killed"] == before + 1
     finally:
         for proc in wedged:
             if proc.poll() is None:
@@ -259,13 +260,13 @@ def test_helpers_do_not_outlive_their_parent(tmp_path, parent_ends):
     script = f"""
 import os, signal, sys, threading, time
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from eval import graders
+from eval import grader_pool, graders
 assert graders.is_correct("gsm8k", "\\\\boxed{{18}}", "18")
 if {parent_ends!r} == "is killed mid-answer":
     slow = "\\\\boxed{{" + "\\\\frac{{1}}{{" * 30 + "2" + "}}" * 31
     threading.Thread(target=graders.is_correct, args=("math500", slow, "1"), daemon=True).start()
     time.sleep(1)
-print(*[w.proc.pid for w in graders._pool().workers if w.proc], flush=True)
+print(*[w.proc.pid for w in grader_pool._pool().workers if w.proc], flush=True)
 if {parent_ends!r} != "exits":
     os.kill(os.getpid(), signal.SIGKILL)
 """

@@ -1,4 +1,4 @@
-"""Small-sample 95% intervals (`mars_core.evaluation.mean_ci95` with bounds, everything built
+"""Small-sample 95% intervals (`mars_core.intervals.mean_ci95` with bounds, everything built
 on it, and the Wilson interval of accuracies): Student's factor at n = 4, an honest width for
 cells whose outcomes all agree, and coverage checked by simulation."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 
 from eval.mas import paired_difference, wilson
 from eval.systems import Result
-from mars_core.evaluation import mean_ci95, seat_record, strength_rows
+from mars_core.intervals import mean_ci95
+from mars_core.strength import seat_record, strength_rows
 from mars_core.types import Episode
 
 T3 = 3.1824  # Student's t, 97.5% quantile, 3 degrees of freedom (n = 4)

@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 import torch
 
-from mars_core.advantages import compute_advantages
-from mars_core.batching import trainable_steps
+from mars_core.bank import trainable_steps
 from mars_core.config import AlgorithmConfig, OptimConfig, RewardsConfig
 from mars_core.engines.hf import HFEngine
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
+from mars_core.estimators import compute_advantages
 from mars_core.models import load_model
-from mars_core.rewards import assign_rewards
+from mars_core.rewards import mars_turn_rewards
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
                                sequence_logprobs)
@@ -41,7 +41,7 @@ def overflowing_game(tokenizer):
     tight = PromptBuilder(tokenizer, "answer", keep_history=True, max_context_tokens=fits)
     ep, = play_episodes([spec], ScriptedEngine(tokenizer, legal_replies()), tight, PARAMS,
                         progress=False)
-    return assign_rewards(ep, RewardsConfig())
+    return mars_turn_rewards(ep, RewardsConfig())
 
 
 def test_context_overflow_penalty_reaches_the_seats_last_trainable_turn(tokenizer):
@@ -132,7 +132,7 @@ def scripted_kuhn(tokenizer, first_move: str, n: int):
 def kuhn_samples(tokenizer, sign: float = 1.0):
     """Seat 0's opening moves with their MARS advantages (the real reward and estimator
     path), times `sign`."""
-    episodes = [assign_rewards(ep, RewardsConfig()) for move in ("<BET>", "<PASS>")
+    episodes = [mars_turn_rewards(ep, RewardsConfig()) for move in ("<BET>", "<PASS>")
                 for ep in scripted_kuhn(tokenizer, move, 3)]
     assert {ep.returns[0] for ep in episodes} == {1.0, -1.0}
     steps, _ = trainable_steps(turns_frame(episodes))

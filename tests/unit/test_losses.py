@@ -351,3 +351,11 @@ def test_ppo_objective_without_kl_needs_no_reference(mode):
     want = aggregate(policy_loss(logp, logp_old, adv, mask, dual_clip=1.4), mask, mode)
     assert float(loss) == pytest.approx(float(want), rel=1e-12)
     assert m["kl"] == 0.0 and m["entropy"] == 0.0 and m["pg_loss"] == pytest.approx(float(want))
+
+
+def test_the_config_offers_the_aggregation_modes_of_the_loss():
+    from typing import get_args
+
+    from mars_core.config_train import AlgorithmConfig
+
+    assert get_args(AlgorithmConfig.model_fields["loss_aggregation"].annotation) == AGGREGATIONS

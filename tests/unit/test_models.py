@@ -132,3 +132,20 @@ def test_converted_folder_loads_and_chats(embedded):
     out = engine.generate([list(prompt)], SamplingParams(temperature=0.0, max_new_tokens=8))[0]
     assert len(out.token_ids) > 0 and out.text.strip()
     assert out.finish_reason in ("stop", "length")
+
+
+def test_one_resolver_decides_what_a_spec_names(tmp_path):
+    """Bots name no model; `models:/` goes to the registry callback (the tracking layer's
+    download); anything else is `resolve_model`, as a string."""
+    from mars_core.models import resolve_spec
+
+    (tmp_path / "config.json").write_text("{}")
+    asked = []
+    registry = lambda uri: asked.append(uri) or tmp_path  # noqa: E731
+    assert resolve_spec("bot:random", registry) is None
+    assert resolve_spec("models:/mars@candidate", registry) == str(tmp_path)
+    assert asked == ["models:/mars@candidate"]
+    assert resolve_spec(str(tmp_path), registry) == str(tmp_path)
+    assert resolve_spec("org/name") == "org/name"
+    with pytest.raises(ModelError, match="model path does not exist: models:/x@y"):
+        resolve_spec("models:/x@y")  # no registry: what resolve_model says of it

@@ -156,7 +156,7 @@ def _tic_tac_toe(agents=("policy", "policy"), error=None):
 def test_openspiel_gets_exactly_the_mars_rewards(error):
     ep = _tic_tac_toe(error=error)
     players, out = run(ep)
-    assert out == mars_rewards.assign_rewards(pp.filter_steps(ep, players, CFG), CFG)
+    assert out == mars_rewards.mars_turn_rewards(pp.filter_steps(ep, players, CFG), CFG)
     assert all(t.eligible for t in out.turns)
     assert [p.episode_reward for p in players] == list(ep.returns)
 

@@ -17,6 +17,8 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import dump_config, load_config
+from mars_core.layout import (BUILD_PLAYERS, GENERATE_ROLLOUTS, INIT, PREPARE_POLICY, RUN_FILE,
+                              TRAIN_STEP, iter_dir, iter_name, stage_dir)
 from mars_core.stages import (PUBLISHED, is_done, manifest, stage_output, verify_stage,
                               write_json)
 from tasks.paths import (RunDirError, check_run_name, lock_run_dir, prepare_run_dir,
@@ -172,7 +174,7 @@ def test_secrets_never_reach_config_yaml_or_mlflow(tmp_path):
 # --- files -----------------------------------------------------------------------------------
 
 def test_stage_marker_records_sizes_and_hashes_and_finds_damage(tmp_path):
-    folder = tmp_path / "iter_0000" / "train_step"
+    folder = stage_dir(tmp_path, 0, TRAIN_STEP)
     with stage_output(folder) as out:
         (out / "model.safetensors").write_bytes(b"\0" * 4096)
         (out / "sub").mkdir()
@@ -194,17 +196,17 @@ def test_a_damaged_stage_and_the_ones_after_it_are_redone(tmp_path):
     from tasks.common import check_finished_stages
 
     run = tmp_path / "run"
-    for rel in ("init/prepare_policy", "iter_0000/generate_rollouts", "iter_0000/build_players",
-                "iter_0000/train_step"):
-        with stage_output(run / rel) as out:
+    for folder in (stage_dir(run, INIT, PREPARE_POLICY), stage_dir(run, 0, GENERATE_ROLLOUTS),
+                   stage_dir(run, 0, BUILD_PLAYERS), stage_dir(run, 0, TRAIN_STEP)):
+        with stage_output(folder) as out:
             (out / "data.bin").write_bytes(os.urandom(64))
-    with open(run / "iter_0000/generate_rollouts/data.bin", "r+b") as f:
+    with open(stage_dir(run, 0, GENERATE_ROLLOUTS) / "data.bin", "r+b") as f:
         f.write(b"\xff\xff")
     check_finished_stages(run)
-    assert is_done(run / "init/prepare_policy")
-    for rel in ("generate_rollouts", "build_players", "train_step"):
-        assert not (run / "iter_0000" / rel).exists()
-    kept = list((run / ".damaged").glob("*/iter_0000/generate_rollouts/data.bin"))
+    assert is_done(stage_dir(run, INIT, PREPARE_POLICY))
+    for rel in (GENERATE_ROLLOUTS, BUILD_PLAYERS, TRAIN_STEP):
+        assert not (iter_dir(run, 0) / rel).exists()
+    kept = list((run / ".damaged").glob(f"*/{iter_name(0)}/{GENERATE_ROLLOUTS}/data.bin"))
     assert len(kept) == 1  # nothing lost: moved aside
 
 
@@ -263,12 +265,12 @@ def test_publishing_resumes_what_is_missing(tmp_path):
         (out / "a.md").write_text("a")
         return {"x/y": 1.0}
 
-    run_stage(run, 0, "generate_rollouts", body, step=0, artifacts=("a.md",), artifact_path="it")
-    run_stage(run, 0, "generate_rollouts", body, step=0, artifacts=("a.md",), artifact_path="it")
+    run_stage(run, 0, GENERATE_ROLLOUTS, body, step=0, artifacts=("a.md",), artifact_path="it")
+    run_stage(run, 0, GENERATE_ROLLOUTS, body, step=0, artifacts=("a.md",), artifact_path="it")
     assert calls == [1]
-    ledger = json.loads((run / "iter_0000/generate_rollouts" / PUBLISHED).read_text())
+    ledger = json.loads((stage_dir(run, 0, GENERATE_ROLLOUTS) / PUBLISHED).read_text())
     assert ledger == {"metrics": True, "artifact:a.md": True}
     client = MlflowClient(tracking_uri=f"sqlite:///{run.parent}/mlflow.db")
-    run_id = json.loads((run / "mlflow_run.json").read_text())["run_id"]
+    run_id = json.loads((run / RUN_FILE).read_text())["run_id"]
     assert [m.step for m in client.get_metric_history(run_id, "x/y")] == [0]
     assert [a.path for a in client.list_artifacts(run_id, "it")] == ["it/a.md"]

@@ -11,6 +11,8 @@ import polars as pl
 import pytest
 
 from mars_core.games.registry import make_game
+from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, iter_dir,
+                              iter_name, stage_dir)
 from mars_core.replay import (
     ReplayEpisode, load_replays, page_name, pick_spread, replay_data, replay_html, split_reply,
     write_replays)
@@ -162,12 +164,12 @@ def run_dir(tmp_path) -> Path:
     with advantages for two turns of its first episode."""
     run = tmp_path / "run"
     old = bot_games(2, prefix="it0-")
-    write_flat(run / "iter_0000/generate_rollouts", old)
+    write_flat(stage_dir(run, 0, GENERATE_ROLLOUTS), old)
     new = bot_games(3, prefix="it1-")
-    write_flat(run / "iter_0001/generate_rollouts", new)
-    write_flat(run / "iter_0001/assign_rewards", [gated(new[0], 1), *new[1:]])
-    samples(run / "iter_0001/compute_advantages", [("it1-0", 0, 1.5), ("it1-0", 2, -0.5)])
-    (run / "iter_0002.partial/generate_rollouts").mkdir(parents=True)  # unfinished: ignored
+    write_flat(stage_dir(run, 1, GENERATE_ROLLOUTS), new)
+    write_flat(stage_dir(run, 1, ASSIGN_REWARDS), [gated(new[0], 1), *new[1:]])
+    samples(stage_dir(run, 1, COMPUTE_ADVANTAGES), [("it1-0", 0, 1.5), ("it1-0", 2, -0.5)])
+    (run / f"{iter_name(2)}.partial" / GENERATE_ROLLOUTS).mkdir(parents=True)  # unfinished: ignored
     return run
 
 
@@ -175,13 +177,13 @@ def test_run_dir_loads_its_newest_iteration_with_advantages(run_dir):
     got = load_replays(run_dir)
     assert [r.episode.episode_id for r in got] == ["it1-0", "it1-1", "it1-2"]
     first = got[0]
-    assert first.iteration == 1 and first.source.endswith("assign_rewards")
+    assert first.iteration == 1 and first.source.endswith(ASSIGN_REWARDS)
     assert first.advantages == {0: 1.5, 2: -0.5} and got[1].advantages == {}
     assert first.episode.turns[1].gate_reason == "unfinished_unit"
-    assert [r.episode.episode_id for r in load_replays(run_dir / "iter_0001")] == [
+    assert [r.episode.episode_id for r in load_replays(iter_dir(run_dir, 1))] == [
         "it1-0", "it1-1", "it1-2"]
     older = load_replays(run_dir, iteration=0)
-    assert older[0].source.endswith("generate_rollouts") and older[0].advantages is None
+    assert older[0].source.endswith(GENERATE_ROLLOUTS) and older[0].advantages is None
 
 
 def test_flat_folder_with_optional_advantages(tmp_path):

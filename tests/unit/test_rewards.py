@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from mars_core.config import RewardsConfig
-from mars_core.rewards import assign_rewards, length_penalty
+from mars_core.rewards import length_penalty, mars_turn_rewards
 from mars_core.types import Episode, Turn
 
 
@@ -25,14 +25,14 @@ def test_length_penalty_values():
 
 def test_win_loss_rewards():
     turns = [_turn(0, 0), _turn(1, 1), _turn(2, 0, game_reward=1.0), _turn(3, 1, game_reward=-1.0)]
-    ep = assign_rewards(_episode(turns, ("win", "loss"), (1.0, -1.0)), RewardsConfig())
+    ep = mars_turn_rewards(_episode(turns, ("win", "loss"), (1.0, -1.0)), RewardsConfig())
     assert [t.reward for t in ep.turns] == pytest.approx([0.05, 0.05, 1.05, -0.95])
     assert [t.format_reward for t in ep.turns] == pytest.approx([0.05] * 4)
 
 
 def test_draw_bonus_on_each_players_last_turn_only():
     turns = [_turn(i, i % 2) for i in range(9)]
-    ep = assign_rewards(_episode(turns, ("draw", "draw"), (0.0, 0.0)), RewardsConfig())
+    ep = mars_turn_rewards(_episode(turns, ("draw", "draw"), (0.0, 0.0)), RewardsConfig())
     game = [t.game_reward for t in ep.turns]
     assert game == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.1, 0.1])
 
@@ -40,12 +40,12 @@ def test_draw_bonus_on_each_players_last_turn_only():
 def test_invalid_reply_penalty_and_scale():
     turns = [_turn(0, 0), _turn(1, 1, game_reward=-1.0, valid=False)]
     cfg = RewardsConfig(game_scale={"tic_tac_toe": 2.0})
-    ep = assign_rewards(_episode(turns, ("other_invalid", "invalid"), (0.0, -1.0)), cfg)
+    ep = mars_turn_rewards(_episode(turns, ("other_invalid", "invalid"), (0.0, -1.0)), cfg)
     assert ep.turns[0].reward == pytest.approx(0.05)
     assert ep.turns[1].reward == pytest.approx(-10 - 2.0)
 
 
 def test_long_reply_penalised():
     turns = [replace(_turn(0, 0), completion_ids=tuple(range(4096)))]
-    ep = assign_rewards(_episode(turns, ("draw", "draw"), (0.0, 0.0)), RewardsConfig())
+    ep = mars_turn_rewards(_episode(turns, ("draw", "draw"), (0.0, 0.0)), RewardsConfig())
     assert ep.turns[0].length_reward == pytest.approx(-0.5 * 2048 / 2037)

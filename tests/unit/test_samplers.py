@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from mars_core.config import ConfigError, load_config
-from mars_core.samplers import FROZEN, apportion, game_schedule, interleave, plan_episodes
+from mars_core.samplers import apportion, game_schedule, interleave, plan_episodes
+from mars_core.vocab import FROZEN
 
 
 def test_apportion_largest_remainder_and_total():
@@ -115,12 +116,12 @@ def test_frozen_pool_and_opponent_metrics(tmp_path):
     from mars_core.types import Episode
     from mars_core.stages import write_json
     from tasks.common import frozen_snapshots
-    from tasks.paths import checkpoint_dir, stage_dir
+    from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, checkpoint_dir, stage_dir
     from tasks.rollout import opponent_metrics
 
-    init = stage_dir(tmp_path, "init", "prepare_policy")
+    init = stage_dir(tmp_path, INIT, PREPARE_POLICY)
     init.mkdir(parents=True)
-    write_json(init / "policy.json", {"path": "/models/start"})
+    write_json(init / POLICY_FILE, {"path": "/models/start"})
     for j in range(3):
         checkpoint_dir(tmp_path, j).mkdir(parents=True)
     (checkpoint_dir(tmp_path, 0) / "model.safetensors").write_text("x")

@@ -8,7 +8,7 @@ from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.base import parse_reply
 from mars_core.games.board_games import TicTacToe
 from mars_core.games.registry import make_game
-from mars_core.rewards import assign_rewards
+from mars_core.rewards import mars_turn_rewards
 from mars_core.config import RewardsConfig
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
@@ -73,7 +73,7 @@ def test_invalid_reply_ends_game_with_penalties(tokenizer):
                         prompts, PARAMS, progress=False)
     assert ep.error == "parsing_failure" and ep.error_player == 1
     assert ep.outcomes == ("other_invalid", "invalid") and ep.returns == (0.0, -1.0)
-    ep = assign_rewards(ep, RewardsConfig())
+    ep = mars_turn_rewards(ep, RewardsConfig())
     assert [t.reward for t in ep.turns] == pytest.approx([0.05, -11.0])
 
 

@@ -10,12 +10,13 @@ import sys
 import pytest
 import torch
 
+from mars_core import offline
 from mars_core.config import ConfigError, load_config
 from mars_core.config_engine import GiB
 from mars_core.engines.base import request_seed
+from mars_core.engines.vllm_client import completion_request, parse_choice
 from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, MIDDLEWARE, VLLMError,
-                                           VLLMServer, completion_request, cpu_kv_cache_gib,
-                                           launch_command, parse_choice)
+                                           VLLMServer, cpu_kv_cache_gib, launch_command)
 from mars_core.procgroup import free_port
 from mars_core.types import SamplingParams
 from tests.conftest import REPO
@@ -70,6 +71,7 @@ def test_launched_server_environment(tmp_path):
                         log_path=tmp_path / "vllm_server.log")
     assert server.env["VLLM_API_KEY"] == "s3cret" and "s3cret" not in " ".join(server.command)
     assert server.env["VLLM_CPU_KVCACHE_SPACE"] == "2" and server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert all(server.env[k] == v for k, v in offline.ENV.items())  # hub offline, quiet
     assert server.headers == {"Authorization": "Bearer s3cret"}
     assert server.pid_file == tmp_path / "vllm_server.pid"
     remote = VLLMServer(launch_command(sys.executable, "/m", port=1, host="0.0.0.0"),

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from mars_core.checkpoint import save_model
-from mars_core.engines.vllm_server import VLLMEngine, VLLMError
+from mars_core.engines.vllm_client import VLLMEngine
+from mars_core.engines.vllm_server import VLLMError
 from mars_core.models import load_model
 from mars_core.rollout import PromptBuilder, play_episodes
 from mars_core.samplers import plan_episodes

@@ -14,6 +14,7 @@ import pytest
 
 from cli.main import main
 from mars_core.engines.vllm_ext.mars_keeper import live_processes
+from mars_core.layout import GENERATE_ROLLOUTS, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
 from mars_core.procgroup import group_tree
 from mars_core.stages import is_done
 from tests.conftest import REPO
@@ -77,12 +78,12 @@ def test_server_killed_mid_rollout_fails_the_stage_and_a_rerun_finishes(
     assert message.startswith("mars: error: the vLLM server")
     assert "died (killed by SIGKILL)" in message
     assert "run the same command again" in message
-    assert not is_done(run / "iter_0000" / "generate_rollouts")
+    assert not is_done(stage_dir(run, 0, GENERATE_ROLLOUTS))
     assert len(killed["tree"]) >= 4  # keeper, API server, engine core, worker
     assert not [p for p in killed["tree"] if _alive(p)]  # the server's processes went too
     assert not (run / "vllm_server.pid").exists()
 
     assert main(argv) == 0  # resume: a new server, the run finishes
-    for stage in ("generate_rollouts", "train_step", "save_checkpoint"):
-        assert is_done(run / "iter_0000" / stage)
+    for stage in (GENERATE_ROLLOUTS, TRAIN_STEP, SAVE_CHECKPOINT):
+        assert is_done(stage_dir(run, 0, stage))
     assert not (run / "vllm_server.pid").exists()

@@ -8,6 +8,7 @@ import pytest
 import json
 
 from cli.main import main
+from mars_core.layout import EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE, stage_dir
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm
@@ -22,12 +23,12 @@ def test_smoke_preset_trains_on_a_vllm_server_it_starts(vllm_python, tmp_path, p
                str(tmp_path), "--run-name", "vllm", *[a for s in sets for a in ("--set", s)]])
     assert rc == 0
     run = tmp_path / "vllm"
-    first, second = (json.loads((run / f"iter_{k:04d}/generate_rollouts/metrics.json").read_text())
+    first, second = (json.loads((stage_dir(run, k, GENERATE_ROLLOUTS) / METRICS_FILE).read_text())
                      for k in (0, 1))
     assert first["rollout/weight_reloads"] == 0  # the server started on the start policy
     assert second["rollout/weight_reloads"] == 1  # then served checkpoint 0 without a restart
     assert second["rollout/max_in_flight"] > 1 and second["rollout/generated_tokens"] > 0
     log = (run / "vllm_server.log").read_text()
     assert "Reloading weights" in log
-    evaluation = json.loads((run / "iter_0001/evaluate/metrics.json").read_text())
+    evaluation = json.loads((stage_dir(run, 1, EVALUATE) / METRICS_FILE).read_text())
     assert any(k.startswith("eval/") for k in evaluation)

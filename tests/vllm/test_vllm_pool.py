@@ -9,7 +9,8 @@ import torch
 from mars_core.checkpoint import save_model
 from mars_core.config_engine import VLLMLaunch
 from mars_core.engines.vllm_pool import VLLMPool
-from mars_core.engines.vllm_server import VLLMEngine, VLLMServer, launch_command
+from mars_core.engines.vllm_client import VLLMEngine
+from mars_core.engines.vllm_server import VLLMServer, launch_command
 from mars_core.models import load_model
 from mars_core.procgroup import free_port
 from mars_core.rollout import PromptBuilder, play_episodes

@@ -1,5 +1,6 @@
-"""Strength against fixed opponents (the MARS strategic-ability protocol): a policy against fixed opponents, every game x opponent x
-seat, all games played concurrently through one rollout call so model turns are batched.
+"""The game-strength evaluation: a policy against fixed opponents (the MARS strategic-ability
+protocol), every game x opponent x seat, all games played concurrently through one rollout call
+so model turns are batched. (The reasoning-benchmark evaluation is the `eval/` package.)
 
 One record per (game, opponent, seat):
 `game, policy, opponent, seat, n, mean_return, ci95, win_rate, draw_rate, loss_rate,
@@ -24,86 +25,15 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from mars_core.games.bots import SELF, check_bot_spec, check_opponent, is_bot
-from mars_core.games.registry import GAMES, check_game, make_game
+from mars_core.games.opponents import check_suite, is_bot
+from mars_core.games.registry import GAMES, make_game
+from mars_core.intervals import mean_ci95
 from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode, SamplingParams
+from mars_core.vocab import POLICY, SELF, Outcome
 
-# The MARS paper's suite (SPEC section 6): the opponents per game.
-MARS_OPPONENTS: dict[str, tuple[str, ...]] = {
-    "tic_tac_toe": ("bot:mcts-100", "bot:mcts-1000"),
-    "kuhn_poker": ("bot:nash",),
-    "mini_hanabi": (SELF,),
-    "connect_four": ("bot:mcts-10", "bot:mcts-100"),
-    "leduc_poker": ("bot:nash",),
-    "simple_hanabi": (SELF,),
-}
-# The MindGames games' fixed opponents (ours: the arena's reference agents are not public).
-MINDGAMES_OPPONENTS: dict[str, tuple[str, ...]] = {
-    "colonel_blotto": ("bot:random", "bot:blotto-focus"),
-    "three_player_ipd": ("bot:tit-for-tat", "bot:always-defect"),
-    "codenames": ("bot:random",),
-    "secret_mafia": ("bot:random",),
-}
-DEFAULT_OPPONENTS = MARS_OPPONENTS | MINDGAMES_OPPONENTS
 RECORD_KEYS = ("game", "policy", "opponent", "seat", "n", "mean_return", "ci95", "win_rate",
                "draw_rate", "loss_rate", "invalid_rate", "normalized_return")
-
-
-PSEUDO_OUTCOMES = 2  # at each bound, for the variance floor of `mean_ci95`
-
-
-def mean_ci95(values: list[float],
-              bounds: tuple[float, float] | None = None) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval: Student's t with n - 1 degrees
-    of freedom (at n = 4 the factor is 3.18, not the normal 1.96; at n = 1000, 1.96).
-
-    With `bounds` (lo, hi), the outcomes' range (a game's utility range, 0-100 for normalized
-    returns, twice the range for paired differences), the variance is at least that of the
-    sample pooled with 2 pseudo-outcomes at lo and 2 at hi: Agresti-Coull's "add two successes
-    and two failures", carried to bounded outcomes. A cell whose outcomes all agree (4 wins of
-    4) so keeps an honest width at small n (a Bernoulli(0.9) mean is covered 99% of the time at
-    n = 4-10, by t alone 34-65%; unanimous paired wins clear 0 from 6 games on, as in the exact
-    sign test), and as the floor fades like 1/n the interval is Student's at large n. (A Wilson
-    floor on the rescaled mean assumes 0/1 outcomes: about twice too wide at any n with draws
-    and for paired differences.) The half-width is capped at hi - lo, and is hi - lo for fewer
-    than 2 values. Without bounds: plain Student's t (zero width when the values agree)."""
-    from scipy.stats import t as student_t
-
-    n = len(values)
-    if bounds is not None and n < 2:  # nothing known: the whole range
-        lo, hi = bounds
-        return (values[0] if n else (lo + hi) / 2), hi - lo
-    if n == 0:
-        return 0.0, 0.0
-    mean = sum(values) / n
-    if n == 1:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    if bounds is not None:
-        lo, hi = bounds
-        pooled = [*values, *[lo] * PSEUDO_OUTCOMES, *[hi] * PSEUDO_OUTCOMES]
-        centre = sum(pooled) / len(pooled)
-        var = max(var, sum((v - centre) ** 2 for v in pooled) / (len(pooled) - 1))
-    half = float(student_t.ppf(0.975, n - 1)) * math.sqrt(var / n)
-    return mean, half if bounds is None else min(half, bounds[1] - bounds[0])
-
-
-def check_suite(suite: dict[str, list[str] | tuple[str, ...]], policy: str) -> None:
-    """Refuse, before anything runs, unknown games, unknown opponents and opponents that do
-    not fit their game (ValueError naming the valid choices)."""
-    if not suite:
-        raise ValueError("no games to evaluate")
-    if is_bot(policy):
-        check_bot_spec(policy)
-    for game, opponents in suite.items():
-        check_game(game)
-        if not opponents:
-            raise ValueError(f"no opponents for {game}")
-        for opp in opponents:
-            check_opponent(opp, game)
-        if is_bot(policy):  # a bot policy must fit the game too (no MCTS on poker)
-            check_opponent(policy, game)
 
 
 def normalized_return(game: str, mean_return: float) -> float:
@@ -131,7 +61,7 @@ def suite_specs(suite: dict[str, list[str] | tuple[str, ...]], policy: str, n: i
                 (s, tuple(policy if p == s else opp for p in range(players))) for s in range(players)]
             for seat, agents in rounds:
                 cell = _Cell(game, opp, tuple(range(players)) if seat is None else (seat,))
-                tag = "self" if seat is None else f"s{seat}"
+                tag = SELF if seat is None else f"s{seat}"
                 for i in range(n):
                     base = seed + 1_000_003 * gi + 10_007 * oi + i  # same deals in every seat
                     specs.append(EpisodeSpec(f"eval-{game}-{opp}-{tag}-{i:05d}", game, base, agents))
@@ -149,10 +79,9 @@ def seat_record(game: str, policy: str, opponent: str, seat: int,
     lo, hi = adapter.utility_range()
     mean, ci = mean_ci95(returns, (lo, hi))
     rate = {k: sum(ep.outcomes[seat] == k for ep in episodes) / n if n else 0.0
-            for k in ("win", "draw", "loss", "invalid")}
+            for k in (Outcome.WIN, Outcome.DRAW, Outcome.LOSS, Outcome.INVALID)}
     return {"game": game, "policy": policy, "opponent": opponent, "seat": seat, "n": n,
-            "mean_return": mean, "ci95": ci, "win_rate": rate["win"], "draw_rate": rate["draw"],
-            "loss_rate": rate["loss"], "invalid_rate": rate["invalid"],
+            "mean_return": mean, "ci95": ci, **{f"{k}_rate": v for k, v in rate.items()},
             "normalized_return": normalized_return(game, mean),
             "normalized_ci95": 100.0 * ci / (hi - lo)}
 
@@ -164,7 +93,7 @@ def run_suite(suite: dict[str, list[str] | tuple[str, ...]], policy_label: str, 
               per_game: dict[str, SamplingParams] | None = None) -> tuple[list[dict], list[Episode]]:
     """Play the suite and return (records, episodes). The model behind `engine` plays the
     policy seats, or `bot_policy` (a bot spec) does when given (then no engine is needed)."""
-    agent = bot_policy or "policy"
+    agent = bot_policy or POLICY
     check_suite(suite, agent)
     specs, cells = suite_specs(suite, agent, n, seed)
     episodes = play_episodes(specs, engine, prompts, sampling, progress=progress, stats=stats,

@@ -5,8 +5,9 @@ import pytest
 import yaml
 
 from mars_core.engines.scripted import ScriptedEngine
-from mars_core.evaluation import (RECORD_KEYS, check_suite, mean_ci95, normalized_return,
-                                  run_suite, seat_record, suite_specs)
+from mars_core.games.opponents import check_suite
+from mars_core.intervals import mean_ci95
+from mars_core.strength import RECORD_KEYS, normalized_return, run_suite, seat_record, suite_specs
 from mars_core.rollout import PromptBuilder
 from mars_core.types import SamplingParams
 from mars_core.types import Episode
@@ -179,7 +180,7 @@ def _episode(eid, game, agents, returns, error_player=-1):
 def test_strength_rows_pair_the_same_deals():
     """Two evaluations of Tic-Tac-Toe against MCTS: games with the same ids are the same deal
     and seat; the paired difference is the mean of per-game differences."""
-    from mars_core.evaluation import strength_markdown, strength_rows
+    from mars_core.strength import strength_markdown, strength_rows
 
     opp = "bot:mcts-10"
     start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp) if i % 2 else (opp, "policy"),
@@ -198,7 +199,7 @@ def test_strength_rows_pair_the_same_deals():
 
 
 def test_strength_rows_count_the_policys_own_errors():
-    from mars_core.evaluation import strength_rows
+    from mars_core.strength import strength_rows
 
     eps = [_episode("a", "kuhn_poker", ("policy", "bot:random"), (-1.0, 1.0), error_player=0),
            _episode("b", "kuhn_poker", ("bot:random", "policy"), (-1.0, 1.0), error_player=0)]

@@ -1,0 +1,65 @@
+"""What the `mars` command reports as one line and exit code 2 instead of a traceback: the
+errors of bad input and of things that are not there, and a Prefect API that does not answer
+(before a run, or lost mid-way)."""
+from __future__ import annotations
+
+from cli.services import ServiceError
+
+
+def one_line_errors() -> tuple[type[BaseException], ...]:
+    """The exception types whose message is the whole story (imported on use: they live in
+    the modules that raise them)."""
+    from eval.benchmarks import BenchmarkError
+    from mars_core.config import ConfigError
+    from mars_core.engines.vllm_server import VLLMError
+    from mars_core.models import ModelError
+    from mars_core.stages import StageError
+    from tasks.paths import RunDirError
+    from tasks.registry import RegistryError
+    from tasks.shards import ClusterError
+    from tasks.tracking import TrackingError
+
+    return (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError,
+            BenchmarkError, ClusterError, VLLMError, ServiceError)
+
+
+def _prefect_api_url() -> str | None:
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None
+
+
+def check_prefect_api() -> None:
+    """With a Prefect server configured (PREFECT_API_URL), refuse in one line when it does not
+    answer, before anything is written (without one, Prefect runs a temporary local server)."""
+    import httpx
+
+    from mars_core.config import ConfigError
+    from mars_core.redact import redact_text
+
+    url = _prefect_api_url()
+    if not url:
+        return
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=10).raise_for_status()
+    except httpx.HTTPError as e:
+        raise ConfigError(f"the Prefect API at {redact_text(url)} does not answer ({type(e).__name__}"
+                          "): start it (`make prefect-ui`) or unset PREFECT_API_URL to run with a "
+                          "temporary local server") from None
+
+
+def prefect_outage(e: BaseException) -> str | None:
+    """The one line for a run that lost its Prefect API mid-way (None: another error)."""
+    import httpx
+
+    url = _prefect_api_url()
+    seen = e
+    while seen is not None:
+        if isinstance(seen, httpx.TransportError) or "Failed to reach API" in str(seen):
+            from mars_core.redact import redact_text
+
+            return (f"lost the Prefect API at {redact_text(url or 'the Prefect server')} mid-run "
+                    f"({type(seen).__name__}); finished stages are saved: run the same command "
+                    "again to resume")
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None

@@ -1,0 +1,139 @@
+"""`mars eval`: a policy's strength against fixed opponents (`strategic`), reasoning
+benchmarks inside multi-agent systems (`mas`), or single-agent numbers through
+lm-evaluation-harness (`harness`)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cli import options
+from cli.checks import check_at_least_one, check_cluster, check_model_spec, check_out
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("eval", help="evaluate a policy").add_subparsers(dest="kind", required=True)
+    s = e.add_parser("strategic", help="strength against fixed opponents (the MARS protocol)")
+    s.add_argument("--policy", required=True, help=options.POLICY_HELP)
+    s.add_argument("--preset", default=None,
+                   help="evaluation preset YAML (default: the full MARS suite, 1000 games)")
+    s.add_argument("--games", type=options.csv, default=None, help="comma-separated games to play")
+    s.add_argument("--opponents", type=options.csv, default=None,
+                   help="comma-separated opponents: bot:random, bot:mcts-N, bot:nash, self")
+    s.add_argument("--n", type=int, default=None, help="games per game x opponent x seat")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--out", default="results.json", help="records file (default: results.json)")
+    options.tracking_args(s, "mars-strategic-eval")
+    options.overrides(s, "play.max_new_tokens=256")
+    m = e.add_parser("mas", help="reasoning benchmarks inside multi-agent systems (debate, "
+                                 "assistant/user proxy, single agent)")
+    m.add_argument("--baseline", default=None,
+                   help="a second model for the comparison table (same forms as --model)")
+    m.add_argument("--systems", type=options.csv, default=["single", "mad", "autogen"],
+                   help="comma-separated systems: single, mad, autogen (default: all)")
+    _benchmark_args(m, "mas_results.json", 32, "in-process engine batch (an endpoint gets 8x "
+                                               "this many requests at once)")
+    m.add_argument("--shards", type=int, default=1,
+                   help="split the questions into this many shards, each with its own engine "
+                        "(default 1)")
+    m.add_argument("--ray-address", default=None,
+                   help="run the shards on this Ray cluster (auto, host:6379 or ray://host:10001)")
+    h = e.add_parser("harness", help="single-agent numbers through lm-evaluation-harness "
+                                     "(the eval extra), on the same benchmark files")
+    _benchmark_args(h, "harness_results.json", 8, "lm-eval batch (an endpoint: concurrent "
+                                                  "requests)")
+
+
+def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
+    m.add_argument("--model", required=True, help=options.MODEL_HELP)
+    m.add_argument("--benchmarks", type=options.csv, default=None,
+                   help="comma-separated: math500, gsm8k, aqua, aime24, amc23, mmlu_stem, "
+                        "gpqa_diamond (default: the six shipped ones)")
+    m.add_argument("--limit", type=int, default=None,
+                   help="questions per benchmark, spread evenly over the file (default: all)")
+    m.add_argument("--max-tokens", type=int, default=8192, help="tokens per reply (default 8192)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--batch-size", type=int, default=batch, help=batch_help)
+    m.add_argument("--data-dir", default=None,
+                   help="benchmark folder (default: $MARS_BENCHMARK_DIR, else ../shared/data/"
+                        "benchmarks), or hf:// to load each benchmark from its publisher's "
+                        "dataset on the Hugging Face hub (hf://MIRROR: a local copy of those "
+                        "dataset repositories, MIRROR/<owner>/<name>)")
+    m.add_argument("--gpqa-path", default=None,
+                   help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
+    m.add_argument("--out", default=out, help=f"results file (default: {out})")
+    options.tracking_args(m, "mars-mas-eval")
+
+
+def check(args: argparse.Namespace) -> None:
+    if args.kind in ("mas", "harness"):
+        return _check_benchmarks(args)
+    from mars_core.config import ConfigError, load_strategic_config
+    from mars_core.games.opponents import check_suite, is_bot
+
+    check_at_least_one(("--n", args.n))
+    cfg = load_strategic_config(args.preset, args.games, args.opponents, args.n, args.seed,
+                                args.overrides)
+    try:
+        check_suite(cfg.suite, args.policy)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not is_bot(args.policy):
+        check_model_spec(args.policy, "--policy", endpoint_ok=False)
+    check_out(args.out)
+    check_cluster(cfg.cluster.ray.address)
+
+
+def _check_benchmarks(args: argparse.Namespace) -> None:
+    from eval.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
+    from eval.systems import check_systems
+    from mars_core.config import ConfigError
+
+    check_at_least_one(("--limit", args.limit), ("--max-tokens", args.max_tokens),
+                       ("--batch-size", args.batch_size), ("--shards", getattr(args, "shards", 1)))
+    try:
+        check_systems(getattr(args, "systems", []))
+        check_names(args.benchmarks or list(SHIPPED), args.gpqa_path)
+        if any(b != "gpqa_diamond" for b in args.benchmarks or SHIPPED):
+            data_dir(args.data_dir)
+    except (ValueError, BenchmarkError) as e:
+        raise ConfigError(str(e)) from None
+    if args.gpqa_path and not args.gpqa_path.startswith("hf://") and not Path(args.gpqa_path).is_file():
+        raise ConfigError(f"--gpqa-path: no such file: {args.gpqa_path}")
+    check_model_spec(args.model, "--model")
+    if getattr(args, "baseline", None):
+        check_model_spec(args.baseline, "--baseline")
+    check_out(args.out)
+    check_cluster(getattr(args, "ray_address", None))
+
+
+def run(args: argparse.Namespace) -> dict:
+    if args.kind == "harness":
+        from flows.evaluate import harness_eval_flow
+
+        return harness_eval_flow(
+            model=args.model, benchmarks=args.benchmarks, limit=args.limit, out=args.out,
+            data_dir=args.data_dir, gpqa_path=args.gpqa_path, max_tokens=args.max_tokens,
+            seed=args.seed, batch_size=args.batch_size, tracking_uri=args.tracking_uri,
+            experiment=args.experiment, runs_dir=args.runs_dir)
+    if args.kind == "mas":
+        from flows.evaluate import mas_eval_flow
+
+        return mas_eval_flow(
+            model=args.model, baseline=args.baseline, systems=args.systems,
+            benchmarks=args.benchmarks, limit=args.limit, out=args.out, data_dir=args.data_dir,
+            gpqa_path=args.gpqa_path, max_tokens=args.max_tokens, seed=args.seed,
+            batch_size=args.batch_size, tracking_uri=args.tracking_uri,
+            experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
+            ray_address=args.ray_address)
+    from flows.evaluate import strategic_eval_flow
+
+    return strategic_eval_flow(
+        policy=args.policy, preset=args.preset, games=args.games, opponents=args.opponents,
+        n=args.n, seed=args.seed, out=args.out, overrides=args.overrides,
+        tracking_uri=args.tracking_uri, experiment=args.experiment, runs_dir=args.runs_dir)
+
+
+def done(args: argparse.Namespace, result: dict) -> str:
+    logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
+    what = "records" if args.kind == "strategic" else "answers"
+    return f"mars: done: {result['records']} {what} in {result['out']}{logged}"

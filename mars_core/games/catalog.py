@@ -1,0 +1,37 @@
+"""The games by name, and what a check needs to know of each without building it.
+
+A leaf (no game engines imported): config validation and the CLI's checks read it, the game
+registry (`registry.py`, which builds the adapters) takes its names from it, and a test keeps
+the traits below equal to the adapters' own (`tests/unit/test_games.py`).
+"""
+from __future__ import annotations
+
+# name -> (module, class); the first three are MARS's training games, the rest held out.
+GAMES: dict[str, tuple[str, str]] = {
+    "tic_tac_toe": ("mars_core.games.board_games", "TicTacToe"),
+    "kuhn_poker": ("mars_core.games.poker", "KuhnPoker"),
+    "mini_hanabi": ("mars_core.games.hanabi", "MiniHanabi"),
+    "connect_four": ("mars_core.games.board_games", "ConnectFour"),
+    "leduc_poker": ("mars_core.games.poker", "LeducPoker"),
+    "simple_hanabi": ("mars_core.games.hanabi", "SimpleHanabi"),
+    "colonel_blotto": ("mars_core.games.blotto", "ColonelBlotto"),
+    "three_player_ipd": ("mars_core.games.ipd", "ThreePlayerIPD"),
+    "codenames": ("mars_core.games.codenames", "Codenames"),
+    "secret_mafia": ("mars_core.games.mafia", "SecretMafia"),
+}
+TRAIN_GAMES = ("tic_tac_toe", "kuhn_poker", "mini_hanabi")
+HELD_OUT_GAMES = ("connect_four", "leduc_poker", "simple_hanabi")
+MARS_GAMES = TRAIN_GAMES + HELD_OUT_GAMES  # OpenSpiel
+MINDGAMES = ("colonel_blotto", "three_player_ipd", "codenames", "secret_mafia")  # TextArena
+
+# The adapters' traits (GameAdapter.cooperative, .perfect_information), by name:
+COOPERATIVE_GAMES = ("mini_hanabi", "simple_hanabi")  # every seat shares one score
+HIDDEN_INFORMATION_GAMES = ("kuhn_poker", "leduc_poker", "mini_hanabi", "simple_hanabi",
+                            *MINDGAMES)  # seats hold what others do not see
+NASH_GAMES = ("kuhn_poker", "leduc_poker")  # the games with a stored Nash policy (games/nash.py)
+
+
+def check_game(name: str) -> None:
+    """Raise ValueError listing the valid names for an unknown game."""
+    if name not in GAMES:
+        raise ValueError(f"unknown game {name!r}; choose one of: {', '.join(GAMES)}")

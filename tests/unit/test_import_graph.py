@@ -110,3 +110,14 @@ def test_the_core_imports_no_orchestration():
             if imported.split(".")[0] in ORCHESTRATION:
                 offenders.append(f"{name} imports {imported}")
     assert not offenders, "; ".join(sorted(offenders))
+
+
+MAX_LINES = 400
+
+
+def test_no_module_is_over_400_lines():
+    """A module a newcomer can read in one sitting (the project's packages, tests and benches)."""
+    files = [p for pkg in (*PACKAGES, "tests", "bench") for p in sorted((REPO / pkg).rglob("*.py"))]
+    long = {str(p.relative_to(REPO)): n for p in files
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

@@ -116,7 +116,21 @@ class VLLMEngine:
             self.in_flight -= 1
         if isinstance(r, httpx.HTTPError):
             raise self._error(f"vLLM request to {self.url} failed", r, await self._gone_async(3))
+        if r.status_code >= 500 and await self._dead(client):  # a dying server's last answers
+            raise VLLMUnreachable(f"the vLLM server at {self.url} failed (HTTP {r.status_code}) "
+                                  "and is no longer healthy")
         return parse_choice(_json(r, "generate"))
+
+    async def _dead(self, client: httpx.AsyncClient) -> bool:
+        """After a server error: whether the server itself is down (the process we started is
+        gone, or /health fails), not only this request. vLLM answers the requests in flight
+        with 500 when its engine core dies, before the HTTP server goes."""
+        if self.server is not None and await self._gone_async(1) is not None:
+            return True
+        try:
+            return (await client.get("/health", timeout=5)).status_code != 200
+        except httpx.HTTPError:
+            return True
 
     async def _generate_all(self, prompts, params) -> list[Completion]:
         limit = asyncio.Semaphore(self.max_concurrency)

@@ -215,3 +215,71 @@ def test_retie_points_the_output_head_at_the_reloaded_embedding():
     untied = torch.nn.Module()
     untied.lm_head = untied.embed_tokens = torch.nn.Embedding(3, 2)
     assert not _ext().retie_output_head(untied)  # one module: nothing to re-tie
+
+
+class _Stub:
+    """An HTTP server that answers like vLLM's OpenAI routes: /v1/models, /health and
+    /v1/completions (one token, or `status` with vLLM's dead-engine message)."""
+
+    def __init__(self, status: int = 200, healthy: bool = True):
+        import http.server
+        import json
+        import threading
+
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code: int, body: dict | None = None):
+                data = json.dumps(body or {}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/health":
+                    return self._send(200 if stub.healthy else 503)
+                self._send(200, {"data": [{"id": "policy", "max_model_len": 512}]})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                stub.requests += 1
+                if stub.status != 200:
+                    return self._send(stub.status, {"error": {"message": "EngineCore "
+                                                              "encountered an issue."}})
+                self._send(200, {"choices": [{"token_ids": [7], "text": "x", "finish_reason":
+                                              "stop", "logprobs": {"token_logprobs": [-0.1]}}]})
+
+        self.status, self.healthy, self.requests = status, healthy, 0
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("healthy", [False, True])
+def test_a_server_error_from_a_dying_server_goes_to_another(healthy):
+    """vLLM answers the requests in flight with 500 when its engine core dies: the pool takes
+    that server out and retries on the others; a 500 from a healthy server is an error."""
+    from mars_core.engines.vllm_client import VLLMEngine
+    from mars_core.engines.vllm_pool import VLLMPool
+    from mars_core.engines.vllm_server import VLLMError
+    from mars_core.types import SamplingParams
+
+    sick, well = _Stub(status=500, healthy=healthy), _Stub()
+    try:
+        pool = VLLMPool([VLLMEngine(s.url, tokenizer=None) for s in (sick, well)])
+        params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
+        if healthy:
+            with pytest.raises(VLLMError, match=r"failed \(500\).*EngineCore"):
+                pool.generate([[1, 2], [3, 4]], params)
+            assert pool.live == [0, 1]
+            return
+        out = pool.generate([[1, 2], [3, 4], [5, 6]], params)
+        assert [c.token_ids for c in out] == [(7,)] * 3
+        assert pool.live == [1] and pool.stats["left"] == 1 and sick.requests >= 1
+    finally:
+        sick.httpd.shutdown(), well.httpd.shutdown()

@@ -144,7 +144,3 @@ def write_episodes(folder: Path, episodes) -> None:
 def read_episodes(folder: Path) -> list:
     return episodes_from_frames(pl.read_parquet(Path(folder) / EPISODES_FILE),
                                 pl.read_parquet(Path(folder) / TURNS_FILE))
-
-
-def has_episodes(folder: Path) -> bool:
-    return (Path(folder) / EPISODES_FILE).is_file() and (Path(folder) / TURNS_FILE).is_file()

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from mars_core.stages import fault_point, read_json, write_json
+from mars_core.layout import REGISTERED_FILE
 from mars_core.models import default_cache_dir, resolve_spec
+from mars_core.stages import fault_point, read_json, write_json
 from tasks.tracking import client_for, ensure_run, git_state, retrying, tracking_uri
 
 CHAT_TASK = "llm/v1/chat"
@@ -75,7 +76,7 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
     new version of `name` (tagged with `lineage` and the git state) and point `alias` at it.
     Idempotent per run directory."""
     run_dir = Path(run_dir)
-    done = run_dir / "registered.json"
+    done = run_dir / REGISTERED_FILE
     if done.is_file():
         return int(read_json(done)["version"])
     client = client_for(run_dir)

@@ -23,11 +23,11 @@ from mlflow.entities import Metric, Param, RunTag
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
                       wait_exponential)
 
+from mars_core.layout import CONFIG_FILE, RUN_FILE
 from mars_core.redact import redact, redact_text
 from mars_core.stages import fault_point, read_json, write_json
-from tasks.paths import CONFIG_FILE, read_config
+from tasks.paths import read_config
 
-RUN_FILE = "mlflow_run.json"
 # MLflow errors that no retry can fix (a bad request, a missing or duplicate resource)
 _PERMANENT = ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS",
               "INVALID_STATE", "PERMISSION_DENIED", "UNAUTHENTICATED", "BAD_REQUEST")

@@ -126,7 +126,7 @@ def test_the_episode_codec_round_trips(tmp_path):
     ep = Episode(episode_id="e1", game="tic_tac_toe", seed=7, agents=("policy", "bot:random"),
                  returns=(1.0, -1.0), outcomes=("win", "loss"), turns=(turn,))
     layout.write_episodes(tmp_path, [ep])
-    assert layout.has_episodes(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [layout.EPISODES_FILE, layout.TURNS_FILE]
     assert layout.read_episodes(tmp_path) == [ep]
 
 

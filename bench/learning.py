@@ -14,12 +14,15 @@ Training is `mars train` (resumable: run it again to continue). Written beside t
   the invalid-reply rate, against iterations (top axis: minutes of training so far);
 - `learning.md`, `learning.json`: every evaluated policy against the start policy, paired game by
   game, and the verdict: improved when the final paired difference exceeds twice its 95%
-  half-width.
+  half-width; in Kuhn Poker, each evaluated policy's bet rate per card (J/Q/K: does it play
+  its card?); and what each update did (token entropy, clip share, ratio, KL to the old
+  policy, the engine/trainer gap), iteration by iteration, from the `train_step` metrics.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,8 +35,8 @@ from cli.main import main as mars  # noqa: E402
 from mars_core.strength import strength_markdown, strength_rows  # noqa: E402
 from mars_core.reports import learning_curve_plot  # noqa: E402
 from mars_core.stages import is_done, read_json  # noqa: E402
-from mars_core.layout import (EVALUATE, INIT, METRICS_FILE, iter_dir, read_episodes,  # noqa: E402
-                              stage_dir)
+from mars_core.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
+                              read_episodes, stage_dir)
 from tasks.paths import read_config  # noqa: E402
 from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
 
@@ -74,6 +77,52 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
             for r in rows if r["policy"] == last]
 
 
+_CARD = re.compile(r"Your private card: (\w+)")
+UPDATE_KEYS = ("entropy", "clip_frac", "ratio_mean", "ratio_max", "approx_kl_old", "behaviour_gap",
+               "is_weight_mean", "grad_norm", "optimizer_steps")
+
+
+def kuhn_bet_rates(episodes) -> dict[str, tuple[float, int]]:
+    """Card -> (share of the policy's valid Kuhn decisions that bet or call, decisions)."""
+    counts: dict[str, list[int]] = {}
+    for ep in episodes:
+        for t in ep.turns:
+            card = _CARD.search(t.observation) if t.game == "kuhn_poker" else None
+            if card and t.agent == "policy" and t.valid:
+                c = counts.setdefault(card[1], [0, 0])
+                c[0] += "BET" in t.action.upper()
+                c[1] += 1
+    return {card: (bets / n, n) for card, (bets, n) in sorted(counts.items())}
+
+
+def update_stats(run: Path, iterations: int) -> list[dict]:
+    """Each finished update's statistics (`train/<key>` of its train_step metrics)."""
+    rows = []
+    for k in range(iterations):
+        file = stage_dir(run, k, TRAIN_STEP) / METRICS_FILE
+        if is_done(file.parent) and file.is_file():
+            m = read_json(file)
+            rows.append({"iter": k + 1, **{key: m.get(f"train/{key}") for key in UPDATE_KEYS}})
+    return rows
+
+
+def stats_markdown(bets: dict[str, dict], updates: list[dict]) -> str:
+    out = []
+    if any(bets.values()):
+        out += ["\n## Kuhn Poker: bet or call rate per card (policy's valid decisions)\n",
+                "| policy | " + " | ".join(f"{c}" for c in "JQK") + " |", "|---|---|---|---|"]
+        out += [f"| {label} | " + " | ".join(f"{r[c][0]:.0%} (n={r[c][1]})" if c in r else "-"
+                                            for c in "JQK") + " |"
+                for label, r in bets.items() if r]
+    if updates:
+        out += ["\n## The updates\n", "| iter | " + " | ".join(UPDATE_KEYS) + " |",
+                "|---" * (len(UPDATE_KEYS) + 1) + "|"]
+        out += ["| " + " | ".join([str(u["iter"])] + ["-" if u[k] is None else f"{u[k]:.4g}"
+                                                      for k in UPDATE_KEYS]) + " |"
+                for u in updates]
+    return "\n".join(out) + "\n"
+
+
 def report(run: Path) -> int:
     cfg = read_config(run)
     found = evaluations(run, cfg.run.iterations)
@@ -81,8 +130,10 @@ def report(run: Path) -> int:
         print(f"{run}: needs the start policy's evaluation and at least one more "
               "(evaluation.at_start and evaluation.every)")
         return 1
-    rows = strength_rows({label: read_episodes(folder) for label, (_, folder) in found.items()},
-                         "start")
+    played = {label: read_episodes(folder) for label, (_, folder) in found.items()}
+    rows = strength_rows(played, "start")
+    bets = {label: kuhn_bet_rates(eps) for label, eps in played.items()}
+    updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
     out = run / "learning"
     out.mkdir(exist_ok=True)
@@ -91,9 +142,12 @@ def report(run: Path) -> int:
                         title=f"{run.name}: normalized return per evaluation (95% bands)")
     lines = verdicts(rows, last)
     table = strength_markdown(rows, "start")
-    (out / "learning.md").write_text(f"# {run.name}\n\n{table}\n" + "\n".join(lines) + "\n")
+    stats = stats_markdown(bets, updates)
+    (out / "learning.md").write_text(f"# {run.name}\n\n{table}\n" + "\n".join(lines) + "\n"
+                                     + stats)
     (out / "learning.json").write_text(json.dumps(
-        {"rows": rows, "steps": steps, "verdicts": lines}, indent=1))
+        {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
+         "updates": updates}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")
     for label, (k, _) in found.items():
@@ -101,8 +155,11 @@ def report(run: Path) -> int:
             f"learning/{r['game']}/{r['opponent']}/{key}": r[src]
             for r in rows if r["policy"] == label
             for key, src in (("normalized_return", "normalized_return"),
-                             ("paired_diff", "diff"), ("paired_diff_ci95", "diff_ci95"))}, k)
+                             ("paired_diff", "diff"), ("paired_diff_ci95", "diff_ci95"))}
+            | {f"learning/kuhn_poker/bet_rate_{card}": rate
+               for card, (rate, _) in bets[label].items()}, k)
     print(table)
+    print(stats)
     print("\n".join(lines))
     print(f"training time (warm-up, rollouts, updates; evaluations left out): "
           f"{steps[last][1]:.1f} min to {last}; curve: {out / 'learning_curve.png'}")

@@ -30,6 +30,13 @@ class AlgorithmConfig(_Section):
     drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
+    # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is
+    # 1 + clip_eps_high, so a token may gain more probability than it may lose; null: clip_eps
+    clip_eps_high: float | None = Field(None, gt=0)
+    # decoupled PPO: each token's loss is weighted by min(pi_old / pi_behaviour, is_cap), the
+    # behaviour the log-prob the engine recorded when it sampled (older weights for a bank turn
+    # drawn again, vLLM's or bf16's kernels, top-k/top-p truncation); null: no correction
+    is_cap: float | None = Field(2.0, ge=1)
     dual_clip: float | None = 1.4  # cap of the loss on negative advantages (c x |A|); null: off
     kl_coef: float = Field(0.2, ge=0)  # 0: no KL term, and no reference model is loaded at all
     entropy_coef: float = Field(0.0, ge=0)  # bonus: loss -= entropy_coef x token entropy

@@ -39,14 +39,21 @@ def policy_loss(
     mask: Tensor,
     clip_eps: float = 0.2,
     dual_clip: float | None = None,
+    clip_eps_high: float | None = None,
+    weights: Tensor | None = None,
 ) -> Tensor:
-    """Per-token clipped surrogate loss.
+    """Per-token clipped surrogate loss, with decoupled PPO's importance weight.
 
-    rho = exp(logp - logp_old); L = -min(rho * A, clip(rho, 1 - eps, 1 + eps) * A).
+    rho = exp(logp - logp_old); L = -w * min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A).
+    `logp_old` is the proximal policy (the weights at the start of the update): the trust
+    region is taken around it. `weights` w (detached) correct for the policy that actually
+    drew the tokens (the behaviour policy): w = min(pi_old / pi_behaviour, C) per token
+    (`importance_weights`); None: w = 1 (on-policy). `clip_eps_high` (DAPO's clip-higher, None:
+    eps) lets a token's probability rise further than it may fall, which keeps exploration.
     Dual clip (c > 1): where A < 0 the loss is capped at c * |A|, i.e. L = min(L, -c * A), so a
     token whose ratio exploded on a negative advantage cannot dominate the batch.
 
-    Args: logp, logp_old, mask [B, T]; advantages [B] or [B, T].
+    Args: logp, logp_old, mask [B, T]; advantages [B] or [B, T]; weights [B, T] or None.
     Returns: loss [B, T], zero where mask is 0 (reduce it with `aggregate`).
     """
     if dual_clip is not None and dual_clip <= 1.0:
@@ -55,12 +62,31 @@ def policy_loss(
     logp = logp.to(dtype)
     adv = _per_token(advantages, logp)
     ratio = torch.exp(logp - logp_old.detach().to(dtype))
+    high = clip_eps if clip_eps_high is None else clip_eps_high
     unclipped = -ratio * adv
-    clipped = -torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
+    clipped = -torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     loss = torch.maximum(unclipped, clipped)
     if dual_clip is not None:
         loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
+    if weights is not None:
+        loss = loss * weights.detach().to(dtype)
     return torch.where(mask.bool(), loss, torch.zeros_like(loss))
+
+
+def importance_weights(logp_old: Tensor, logp_behaviour: Tensor, known: Tensor,
+                       cap: float | None) -> Tensor:
+    """Decoupled PPO's truncated importance weight per token: min(pi_old / pi_behaviour, cap),
+    pi_old the proximal policy (recomputed at the start of the update), pi_behaviour the
+    probability the engine recorded when it sampled the token (an older policy for a bank
+    turn drawn again, another kernel or precision for vLLM or bf16, a truncated distribution
+    for top-k/top-p). 1 where the behaviour is unknown (`known` 0: a scripted reply) or
+    `cap` is None (correction off).
+    Args: logp_old, logp_behaviour, known [B, T]. Returns: [B, T], detached, float32+."""
+    dtype = _compute_dtype(logp_old)
+    if cap is None:
+        return torch.ones_like(logp_old, dtype=dtype)
+    w = torch.exp(logp_old.detach().to(dtype) - logp_behaviour.detach().to(dtype)).clamp(max=cap)
+    return torch.where(known.bool(), w, torch.ones_like(w))
 
 
 def kl_k3(logp: Tensor, logp_ref: Tensor) -> Tensor:
@@ -154,27 +180,34 @@ def ppo_objective(
     entropy_coef: float = 0.0,
     aggregation: str = "seq_mean_token_mean",
     denominator: float | None = None,
+    clip_eps_high: float | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The training loss: loss = pg + kl_coef * kl - entropy_coef * entropy, each term the
     `aggregate` (mode `aggregation`, normaliser `denominator`) of its per-token values: the
-    clipped surrogate, the k3 KL to the reference policy and the policy's token entropy.
+    clipped surrogate (importance-weighted by `weights`, see `policy_loss`), the k3 KL to the
+    reference policy and the policy's token entropy.
     MARS: seq_mean_token_mean, kl_coef 0.2, entropy_coef 0.
 
     Args: logp, logp_old, mask [B, T]; logp_ref [B, T] or None (allowed only when
-    kl_coef == 0); advantages [B] or [B, T]; entropy [B, T] (with gradient) or None (allowed
-    only when entropy_coef == 0); denominator: see `aggregate` (None: this batch's own).
-    Returns: (loss scalar, metrics) with metrics pg_loss, kl (0.0 without a reference),
-    entropy (0.0 when not given), clip_frac (share of completion tokens where the clipped term
-    was the active one) and ratio_mean (mean ratio over completion tokens), python floats.
+    kl_coef == 0); advantages [B] or [B, T]; entropy [B, T] or None (allowed only when
+    entropy_coef == 0; it may be detached when its coefficient is 0: measured, not trained);
+    denominator: see `aggregate` (None: this batch's own); weights [B, T] or None.
+    Returns: (loss scalar, metrics), python floats: pg_loss, kl (0.0 without a reference),
+    entropy (NaN when not given: not measured), and the token means clip_frac (share of
+    completion tokens where the clipped term was the active one), ratio_mean, approx_kl_old
+    (k3 estimate of KL(pi_old || pi), how far the update has moved from the proximal policy)
+    and ratio_max.
     With a shared denominator, loss/pg_loss/kl/entropy are this chunk's share of the
-    minibatch value (they add up over chunks); clip_frac and ratio_mean are this chunk's means.
+    minibatch value (they add up over chunks); the token means are this chunk's means.
     """
     _check_terms(logp_ref, kl_coef, entropy, entropy_coef)
 
     def agg(x: Tensor) -> Tensor:
         return aggregate(x, mask, aggregation, denominator)
 
-    pg_loss = agg(policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps, dual_clip=dual_clip))
+    pg_loss = agg(policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps,
+                              dual_clip=dual_clip, clip_eps_high=clip_eps_high, weights=weights))
     kl = agg(kl_k3(logp, logp_ref)) if logp_ref is not None else None
     ent = agg(entropy) if entropy is not None else None
     loss = pg_loss
@@ -184,14 +217,43 @@ def ppo_objective(
         loss = loss - entropy_coef * ent
     with torch.no_grad():
         dtype = _compute_dtype(logp)
-        ratio = torch.exp(logp.to(dtype) - logp_old.to(dtype))
+        log_ratio = logp.to(dtype) - logp_old.to(dtype)
+        ratio = torch.exp(log_ratio)
         adv = _per_token(advantages, ratio)
-        clipped = -torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv > -ratio * adv
+        high = clip_eps if clip_eps_high is None else clip_eps_high
+        clipped = -torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv > -ratio * adv
+        keep = mask.bool()
         metrics = {
             "pg_loss": float(pg_loss.detach()),
             "kl": float(kl.detach()) if kl is not None else 0.0,
-            "entropy": float(ent.detach()) if ent is not None else 0.0,
+            "entropy": float(ent.detach()) if ent is not None else float("nan"),
             "clip_frac": _token_mean(clipped.to(dtype), mask),
             "ratio_mean": _token_mean(ratio, mask),
+            "approx_kl_old": _token_mean(ratio - 1.0 - log_ratio, mask),
+            "ratio_max": float(ratio[keep].max()) if bool(keep.any()) else 1.0,
         }
     return loss, metrics
+
+
+def behaviour_metrics(old: Tensor, behaviour: Tensor, known: Tensor, w: Tensor, mask: Tensor,
+                      cap: float | None) -> dict[str, float]:
+    """The engine/trainer gap on the tokens whose behaviour is known: the mean of
+    log pi_old - log pi_behaviour (signed and absolute), and the importance weights (mean, max,
+    share truncated at the cap), as means over the chunk's tokens (`mask`) so that the
+    trainer can weigh chunks by their tokens. With no known token: gap 0, weights 1.
+    Args: old, behaviour, known, w, mask [B, T]."""
+    with torch.no_grad():
+        k = known.bool()
+        n = int(k.sum())
+        if not n:
+            return {"behaviour_gap": 0.0, "behaviour_gap_abs": 0.0, "is_weight_mean": 1.0,
+                    "is_capped_frac": 0.0, "is_weight_max": 1.0}
+        gap = (old.float() - behaviour.float())[k]
+        frac = n / max(1, int(mask.bool().sum()))  # token means over the chunk's tokens
+        wk = w[k].float()
+        return {"behaviour_gap": float(gap.mean()) * frac,
+                "behaviour_gap_abs": float(gap.abs().mean()) * frac,
+                "is_weight_mean": float(w[mask.bool()].float().mean()),
+                "is_capped_frac": (float((gap.exp() > cap).float().mean()) * frac
+                                   if cap is not None else 0.0),
+                "is_weight_max": float(wk.max())}

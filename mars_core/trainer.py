@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.layout import COMPUTE_ADVANTAGES
-from mars_core.losses import aggregate_denominator, ppo_objective
+from mars_core.losses import (aggregate_denominator, behaviour_metrics, importance_weights,
+                              ppo_objective)
 from mars_core.prefix import batch_forward
 
 
@@ -33,9 +34,13 @@ class Sample:
     # the temperature the completion was sampled at: its log-probs are taken under the same
     # softmax(logits / temperature) the engine drew from (0, greedy: the untempered softmax)
     temperature: float = 1.0
+    # the log-prob of each completion token under the distribution the engine sampled it from
+    # (the behaviour policy); () when unknown (a scripted reply): the token then trains at
+    # importance weight 1
+    behaviour: tuple[float, ...] = ()
 
 
-SAMPLE_COLUMNS = ("prompt_ids", "completion_ids", "advantage", "game", "temperature")
+SAMPLE_COLUMNS = ("prompt_ids", "completion_ids", "advantage", "game", "temperature", "logprobs")
 
 
 def load_samples(path) -> list[Sample]:
@@ -49,7 +54,8 @@ def load_samples(path) -> list[Sample]:
                          "older version; delete the iteration's stage folders from "
                          f"{COMPUTE_ADVANTAGES} on and resume")
     return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"], r["game"],
-                   r["temperature"]) for r in frame.select(SAMPLE_COLUMNS).iter_rows(named=True)]
+                   r["temperature"], tuple(r["logprobs"] or ()))
+            for r in frame.select(SAMPLE_COLUMNS).iter_rows(named=True)]
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,7 @@ class Forward:
 
 def bf16_supported() -> bool:
     """True where bf16 autocast pays off: a CUDA device, or a CPU with AMX (Intel's bf16 tile
-    unit). AVX512-BF16 alone does not: on such a CPU (2 cores, measured here) a bf16 matmul
-    ran at 163 GFLOP/s against 277 in fp32, and under autocast sampling was 1.5x and the update
-    1.2x slower than in fp32 (`bench/iteration_bench.py`)."""
+    unit). AVX512-BF16 alone did not on one 2-core machine (163 vs 277 GFLOP/s in fp32)."""
     if torch.cuda.is_available():
         return True
     try:
@@ -89,7 +93,8 @@ def _last_tokens(seqs: list[list[int]], c: int, pad_id: int) -> torch.Tensor:
     return out
 
 
-def sequence_logprobs(model, samples: list[Sample], fwd: Forward, with_entropy: bool = False):
+def sequence_logprobs(model, samples: list[Sample], fwd: Forward, with_entropy: bool = False,
+                      entropy_grad: bool = True):
     """Log-probs of each sample's completion tokens under softmax(logits / T), T the
     temperature the sample was drawn at (1 where that was 0).
 
@@ -99,8 +104,8 @@ def sequence_logprobs(model, samples: list[Sample], fwd: Forward, with_entropy: 
     with C = the longest completion; mask is 1 on real completion tokens (right-aligned), so
     whatever stands at prompt positions never counts.
     With `with_entropy`, returns (logp, mask, entropy): entropy [B, C] is the per-token entropy
-    H = -sum_v p_v log p_v of that same tempered softmax, with gradient (it costs one more
-    pass over the vocabulary, so it is only computed when asked).
+    H = -sum_v p_v log p_v of that same tempered softmax (one more pass over the vocabulary),
+    with gradient unless `entropy_grad` is False (measured only, no graph kept).
     """
     device = next(model.parameters()).device
     seqs = [list(s.prompt_ids) + list(s.completion_ids) for s in samples]
@@ -119,6 +124,10 @@ def sequence_logprobs(model, samples: list[Sample], fwd: Forward, with_entropy: 
     mask = (torch.arange(c, device=device).unsqueeze(0) >= (c - lengths).unsqueeze(1)).float()
     if not with_entropy:
         return logp, mask
+    if not entropy_grad:
+        with torch.no_grad():
+            lp = log_probs.detach()
+            return logp, mask, -(lp.exp() * lp).sum(-1)
     return logp, mask, -(log_probs.exp() * log_probs).sum(-1)
 
 
@@ -193,7 +202,12 @@ def _minibatch_denominator(samples: list[Sample], mode: str) -> float:
     return aggregate_denominator(mask, mode)
 
 
-METRIC_SUMS = ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean")
+# token means (each chunk's mean weighed by its share of the minibatch's tokens, so their sum
+# over chunks and ranks is the minibatch's mean)
+TOKEN_MEANS = ("clip_frac", "ratio_mean", "approx_kl_old", "behaviour_gap", "behaviour_gap_abs",
+               "is_weight_mean", "is_capped_frac")
+METRIC_SUMS = ("loss", "pg_loss", "kl", "entropy") + TOKEN_MEANS
+METRIC_MAXES = ("ratio_max", "is_weight_max")  # maxima over chunks, ranks and steps
 
 
 class TorchUpdater:
@@ -253,28 +267,44 @@ def _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd: F
     mb_samples = [samples[i] for i in mb]
     denom = _minibatch_denominator(mb_samples, mode)
     tokens = sum(len(s.completion_ids) for s in mb_samples)
-    metrics = dict.fromkeys(METRIC_SUMS, 0.0)
+    metrics = dict.fromkeys(METRIC_SUMS, 0.0) | dict.fromkeys(METRIC_MAXES, 0.0)
     for chunk, weight in _rank_chunks(mb, optim.micro_batch_size, rank, world):
         batch = [samples[i] for i in chunk]
-        logp, mask, *ent = sequence_logprobs(model, batch, fwd,
-                                             with_entropy=algo.entropy_coef > 0)
+        # entropy is always measured; it carries gradient only when it is a loss term
+        logp, mask, ent = sequence_logprobs(model, batch, fwd, with_entropy=True,
+                                            entropy_grad=algo.entropy_coef > 0)
         old = (_right_aligned([old_logps[i] for i in chunk], logp) if old_logps is not None
                else logp.detach())
         ref = _right_aligned([ref_logps[i] for i in chunk], logp) if ref_logps is not None else None
+        behaviour, known = _behaviour(batch, logp)
+        w = importance_weights(old, behaviour, known, algo.is_cap)
         adv = torch.tensor([s.advantage for s in batch], dtype=logp.dtype, device=logp.device)
         loss, m = ppo_objective(logp, old, ref, adv, mask, clip_eps=algo.clip_eps,
-                                dual_clip=algo.dual_clip, kl_coef=algo.kl_coef,
-                                entropy=ent[0] if ent else None, entropy_coef=algo.entropy_coef,
-                                aggregation=mode, denominator=denom)
+                                dual_clip=algo.dual_clip, kl_coef=algo.kl_coef, entropy=ent,
+                                entropy_coef=algo.entropy_coef, aggregation=mode,
+                                denominator=denom, clip_eps_high=algo.clip_eps_high, weights=w)
         scale = weight * world
         updater.backward(loss if scale == 1.0 else loss * scale)
         if weight == 0.0:
             continue
+        m |= behaviour_metrics(old, behaviour, known * mask, w, mask, algo.is_cap)
         m["loss"] = float(loss.detach())
         share = float(mask.sum()) / tokens if tokens else 0.0  # token means: weigh by tokens
         for k, v in m.items():
-            metrics[k] = metrics.get(k, 0.0) + (v * share if k in ("clip_frac", "ratio_mean") else v)
+            if k in METRIC_MAXES:
+                metrics[k] = max(metrics[k], v)
+            else:
+                metrics[k] = metrics.get(k, 0.0) + (v * share if k in TOKEN_MEANS else v)
     return metrics
+
+
+def _behaviour(batch: list[Sample], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chunk's behaviour log-probs right-aligned like `like` [B, C], and the mask of the
+    tokens whose behaviour is known (rows with a log-prob per completion token)."""
+    known = [len(s.behaviour) == len(s.completion_ids) > 0 for s in batch]
+    rows = [torch.tensor(s.behaviour if k else (), dtype=like.dtype) for s, k in zip(batch, known)]
+    ones = [torch.ones(len(s.completion_ids) if k else 0) for s, k in zip(batch, known)]
+    return _right_aligned(rows, like), _right_aligned(ones, like)
 
 
 def _gather_logps(local: dict[int, torch.Tensor], world: int) -> dict[int, torch.Tensor]:
@@ -288,12 +318,15 @@ def _gather_logps(local: dict[int, torch.Tensor], world: int) -> dict[int, torch
 
 def _sum_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
     """The `METRIC_SUMS` (sums over micro-batches; every rank has them, padding-only ranks
-    as zeros) summed over ranks too, with one all_reduce; any other key stays this rank's."""
+    as zeros) summed over ranks too, and the `METRIC_MAXES` maximised, with one all_reduce
+    each; any other key stays this rank's."""
     if world == 1:
         return metrics
     t = torch.tensor([metrics[k] for k in METRIC_SUMS], dtype=torch.float64)
     torch.distributed.all_reduce(t)
-    return {**metrics, **dict(zip(METRIC_SUMS, t.tolist()))}
+    top = torch.tensor([metrics[k] for k in METRIC_MAXES], dtype=torch.float64)
+    torch.distributed.all_reduce(top, op=torch.distributed.ReduceOp.MAX)
+    return {**metrics, **dict(zip(METRIC_SUMS, t.tolist())), **dict(zip(METRIC_MAXES, top.tolist()))}
 
 
 def _logps_share(model, samples, chunks, fwd: Forward, rank, world):
@@ -308,7 +341,7 @@ def _logps_share(model, samples, chunks, fwd: Forward, rank, world):
 def ppo_update(model, ref_model, updater, samples: list[Sample], algo: AlgorithmConfig,
                optim: OptimConfig, *, pad_id: int, seed: int, bf16: bool = False,
                share_prefix: bool = True, progress: bool = True, rank: int = 0,
-               world: int = 1) -> dict[str, float]:
+               world: int = 1, on_step=None) -> dict[str, float]:
     """`algo.ppo_epochs` passes over the samples, each `optim.minibatches` optimizer steps
     (reshuffled per epoch, games in equal shares per minibatch), each accumulated over
     micro-batches of `optim.micro_batch_size` so that the update equals one big batch's for
@@ -320,11 +353,16 @@ def ppo_update(model, ref_model, updater, samples: list[Sample], algo: Algorithm
     log-probs are computed in shares and all-gathered, and the summed metrics are all-reduced.
     `world == 1` never touches torch.distributed.
 
-    Old log-probs are computed once, before the first step, whenever more than one optimizer
-    step happens (otherwise the current ones, detached, are exact); reference log-probs once
+    Old log-probs (the proximal policy of the trust region: the weights at the start of the
+    update) are computed once, before the first step, whenever more than one optimizer step
+    happens (otherwise the current ones, detached, are exact). Each token's loss is weighted
+    by min(pi_old / pi_behaviour, algo.is_cap), pi_behaviour the log-prob the engine recorded
+    when it sampled (decoupled PPO: a stale bank turn, or an engine whose kernels or
+    truncation differ from the trainer's, is corrected). Reference log-probs are computed once
     per sample and only when kl_coef > 0 (`ref_model` may be None when kl_coef == 0); token
-    entropy only when entropy_coef > 0. Returns the mean of each metric over optimizer steps
-    (loss, pg_loss, kl, entropy, clip_frac, ratio_mean, grad_norm, lr) plus optimizer_steps
+    entropy is always measured, and trained only when entropy_coef > 0.
+    `on_step(j, metrics)` gets optimizer step j's metrics. Returns each metric's mean over
+    the steps (`METRIC_SUMS`, grad_norm, lr), the `METRIC_MAXES`' maxima, optimizer_steps
     and samples."""
     if algo.kl_coef > 0 and ref_model is None:
         raise ValueError("ppo_update: kl_coef > 0 needs a reference model (ref_model is None)")
@@ -343,39 +381,20 @@ def ppo_update(model, ref_model, updater, samples: list[Sample], algo: Algorithm
     micro = [len(_rank_chunks(mb, optim.micro_batch_size, rank, world)) for ep in plan for mb in ep]
     bar = tqdm(total=sum(micro), desc="train", unit="micro", disable=not progress or rank != 0,
                leave=False)
-    for mb, n_micro in zip((mb for epoch in plan for mb in epoch), micro):
+    for j, (mb, n_micro) in enumerate(zip((mb for epoch in plan for mb in epoch), micro)):
         updater.zero_grad()
         m = _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd, rank,
                   world)
         m = _sum_over_ranks(m, world)
         bar.update(n_micro)
         m["grad_norm"], m["lr"] = updater.step()
+        if on_step is not None:
+            on_step(j, dict(m))
         for k, v in m.items():
-            totals[k] = totals.get(k, 0.0) + v / n_steps
+            totals[k] = (max(totals.get(k, v), v) if k in METRIC_MAXES
+                         else totals.get(k, 0.0) + v / n_steps)
     bar.close()
     model.eval()
     totals["optimizer_steps"] = float(n_steps)
     totals["samples"] = float(len(samples))
     return totals
-
-
-def sft_steps(model, examples: list[tuple[list[int], list[int]]], *, steps: int, batch_size: int,
-              lr: float, pad_id: int, seed: int, bf16: bool = False, share_prefix: bool = True,
-              progress: bool = True) -> list[float]:
-    """Supervised steps on (prompt ids, target ids): cross-entropy on the target tokens only.
-    Used for the format warm-up. Returns the loss of each step."""
-    rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    model.train()
-    losses = []
-    for _ in tqdm(range(steps), desc="warm-up", unit="step", disable=not progress, leave=False):
-        batch = [Sample(tuple(p), tuple(t), 0.0) for p, t in rng.sample(examples, min(batch_size, len(examples)))]
-        logp, mask = sequence_logprobs(model, batch, Forward(pad_id, bf16, share_prefix))
-        loss = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses

@@ -45,3 +45,32 @@ def invalid_rate(games: Sequence[str], engine, prompts: PromptBuilder, sampling:
     specs = plan_episodes(games, n_games, PROBE_ITERATION, seed)
     eps = play_episodes(specs, engine, prompts, sampling, progress=False, per_game=per_game)
     return rollout_metrics(eps).get("invalid_action_rate", 1.0)
+
+
+def sft_steps(model, examples: list[tuple[list[int], list[int]]], *, steps: int, batch_size: int,
+              lr: float, pad_id: int, seed: int, bf16: bool = False, share_prefix: bool = True,
+              progress: bool = True) -> list[float]:
+    """Supervised steps on (prompt ids, target ids): cross-entropy on the target tokens only.
+    Used for the format warm-up. Returns the loss of each step."""
+    import random
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from mars_core.trainer import Forward, Sample, sequence_logprobs
+
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in tqdm(range(steps), desc="warm-up", unit="step", disable=not progress, leave=False):
+        batch = [Sample(tuple(p), tuple(t), 0.0) for p, t in rng.sample(examples, min(batch_size, len(examples)))]
+        logp, mask = sequence_logprobs(model, batch, Forward(pad_id, bf16, share_prefix))
+        loss = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses

@@ -15,22 +15,25 @@ from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STAT
                                   load_trainer_state, prune_plan, save_estimator_state, save_model,
                                   save_trainer_state)
 from mars_core.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
-                              MODEL_DIR, POLICY_FILE, PREPARE_POLICY, SAMPLES_FILE,
+                              MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
+                              SAMPLES_FILE,
                               SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
                               stage_dir)
 from mars_core.models import load_model, load_tokenizer, resolve_model
 from mars_core.seeds import Stream
 from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
 from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
-                               make_optimizer, ppo_update, sft_steps)
-from mars_core.warmup import invalid_rate, warmup_examples
+                               make_optimizer, ppo_update)
+from mars_core.warmup import invalid_rate, sft_steps, warmup_examples
 from tasks.common import (PUBLISH_RETRY, derive_seed, initial_policy, make_engine, policy_at,
                           prompt_builder, run_stage, sampling, use_bf16)
 from tasks.paths import read_config
+from tasks.tracking import log_metrics_once
 from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
 
-# the DeepSpeed worker's spec, log and metrics stay in train_step/, out of the checkpoint
-DS_RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE)
+# the DeepSpeed worker's spec, log and metrics, and the per-step metrics stay in train_step/,
+# out of the checkpoint
+RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE, OPTIMIZER_STEPS_FILE)
 
 
 def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
@@ -124,12 +127,14 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     opt, sched = make_optimizer(model, cfg.optim, steps)
     load_trainer_state(path, opt, sched)
     samples = load_samples(stage_dir(run_dir, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
-    metrics = {}
+    metrics, steps = {}, []
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
                              seed=derive_seed(cfg, Stream.TRAINING, k), bf16=use_bf16(cfg),
-                             share_prefix=cfg.model.share_prefix)
+                             share_prefix=cfg.model.share_prefix,
+                             on_step=lambda j, m: steps.append(m))
+    write_json(out / OPTIMIZER_STEPS_FILE, steps)
     save_trainer_state(out, opt, sched, k)
     if cfg.trainer.lora.rank:
         lora.save(out, model, tok)
@@ -181,7 +186,18 @@ def train_step(run_dir: str, k: int) -> dict:
                                             / ESTIMATOR_STATE))
         return {f"train/{key}": v for key, v in metrics.items()}
 
-    return run_stage(run_dir, k, TRAIN_STEP, body, step=k)
+    metrics = run_stage(run_dir, k, TRAIN_STEP, body, step=k)
+    _log_optimizer_steps(Path(run_dir), cfg, k)
+    return metrics
+
+
+def _log_optimizer_steps(run_dir: Path, cfg, k: int) -> None:
+    """Each optimizer step's metrics as MLflow metrics `opt/<name>` at the run's global
+    optimizer step (iteration k's first is k x steps per iteration), each step once."""
+    file = stage_dir(run_dir, k, TRAIN_STEP) / OPTIMIZER_STEPS_FILE
+    per_iter = cfg.optim.minibatches * cfg.algorithm.ppo_epochs
+    for j, m in enumerate(read_json(file) if file.is_file() else []):
+        log_metrics_once(run_dir, {f"opt/{key}": v for key, v in m.items()}, k * per_iter + j)
 
 
 @task(task_run_name=SAVE_CHECKPOINT + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
@@ -192,7 +208,7 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
     src = stage_dir(run_dir, k, TRAIN_STEP)
 
     def body(out: Path) -> dict:
-        size = _link_files(src, out, skip=DS_RUN_FILES)
+        size = _link_files(src, out, skip=RUN_FILES)
         write_json(out / CHECKPOINT_FILE, {"iteration": k, "source": str(src)})
         return {"checkpoint/size_mb": size / 2**20}
 

@@ -4,9 +4,12 @@ Written by hand rather than with `model.generate` because the trainer needs, for
 token, the log-prob under exactly the distribution it recomputes, and because the rollout loop
 needs per-sequence stop strings, context-overflow handling and reproducible seeds.
 
-Log-probs: `logprobs[i]` is log softmax(logits / temperature)[token_i] over the FULL vocabulary,
-before top-k/top-p truncation (temperature 0: the untempered softmax). The trainer recomputes
-exactly this from one forward pass over prompt + completion, so old and new log-probs match.
+Log-probs: `logprobs[i]` is the log-prob of token_i under the distribution it was drawn from:
+softmax(logits / temperature) truncated by top-k, top-p and min-p and renormalised (temperature
+0: the untempered softmax), as vLLM's `processed_logprobs`. This is the behaviour policy of
+decoupled PPO: the trainer recomputes the untruncated softmax at the start of the update (the
+proximal policy) and weighs each token by their ratio (`mars_core.losses.importance_weights`).
+Untruncated (top_k 0, top_p 1, min_p 0), the two agree to float precision.
 
 Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed, its index in
 the call), and draws one uniform per token. So a completion depends on its prompt, the seed and
@@ -186,8 +189,9 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
     """Sample from one row of logits: temperature, then top-k, then top-p (nucleus), then
     min-p (drop tokens less likely than min_p x the most likely one).
 
-    Returns (token, log-prob under the untruncated tempered softmax). One uniform draw per
-    token (inverse CDF), so the generator advances identically whatever the filters keep."""
+    Returns (token, its log-prob under the truncated, renormalised distribution it was drawn
+    from). One uniform draw per token (inverse CDF), so the generator advances identically
+    whatever the filters keep."""
     if params.temperature <= 0:
         token = int(torch.argmax(logits))
         return token, float(torch.log_softmax(logits, -1)[token])
@@ -204,8 +208,10 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
     cdf = probs.cumsum(-1)
     u = torch.rand((1,), generator=gen, dtype=cdf.dtype) * cdf[-1]
     pick = min(int(torch.searchsorted(cdf, u, right=True)), k - 1)
+    while probs[pick] <= 0:  # u on a flat stretch of the cdf: the next kept token below
+        pick -= 1
     token = int(order[pick])
-    return token, float(torch.log_softmax(scaled, -1)[token])
+    return token, float(values[pick] - torch.logsumexp(values[probs > 0], -1))
 
 
 def _generator(params: SamplingParams, index: int) -> torch.Generator:

@@ -1,7 +1,9 @@
 """A scripted engine: replies chosen by a function of the prompt text.
 
 Used by tests and benchmarks to drive the real game loop without a model, and as the
-reference "policy" when checking game logic (e.g. a random-legal or a perfect player).
+reference "policy" when checking game logic (e.g. a random-legal or a perfect player). It
+draws from no distribution, so its replies carry no log-probs: the update trains them at
+importance weight 1.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class ScriptedEngine:
             toks = tuple(self.tokenizer.encode(text, add_special_tokens=False))
             if len(toks) > params.max_new_tokens:
                 toks = toks[: params.max_new_tokens]
-                out.append(Completion(toks, (0.0,) * len(toks), self.tokenizer.decode(toks), "length"))
+                out.append(Completion(toks, (), self.tokenizer.decode(toks), "length"))
             else:
-                out.append(Completion(toks, (0.0,) * len(toks), text, "stop"))
+                out.append(Completion(toks, (), text, "stop"))
         return out

@@ -8,6 +8,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import math  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
@@ -88,11 +90,32 @@ def full_forward_logprobs(model, prompt, completion, temperature):
 
 @pytest.mark.parametrize("temperature", [0.7, 1.3, 0.0])
 def test_logprobs_match_a_fresh_full_forward(engine, model, prompts, temperature):
-    out = engine.generate(prompts, sampled(temperature=temperature, max_new_tokens=16))
+    """Untruncated, the recorded log-probs are the trainer's (one forward, tempered softmax)."""
+    out = engine.generate(prompts, sampled(temperature=temperature, max_new_tokens=16, top_k=0,
+                                           top_p=1.0))
     for prompt, c in zip(prompts, out):
         assert len(c.logprobs) == len(c.token_ids) > 0
         ref = full_forward_logprobs(model, prompt, c.token_ids, temperature)
         torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_truncated_logprobs_are_those_of_the_distribution_sampled_from(engine, model, prompts):
+    """Under top-k/top-p the recorded log-prob is the renormalised truncated distribution's:
+    log p(token) - log(kept mass) >= the untruncated log-prob (vLLM's processed_logprobs)."""
+    params = sampled(temperature=1.0, max_new_tokens=16, top_k=5, top_p=0.8)
+    for prompt, c in zip(prompts, engine.generate(prompts, params)):
+        ids = torch.tensor([list(prompt) + list(c.token_ids)])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+        for pos, (token, lp) in enumerate(zip(c.token_ids, c.logprobs)):
+            probs = torch.softmax(logits[pos], -1)
+            top, order = torch.topk(probs, 5)
+            top = top / top.sum()  # top-p acts on the top-k distribution, renormalised
+            kept = (top.cumsum(-1) - top < 0.8) | (torch.arange(5) == 0)
+            assert token in order[kept].tolist()
+            want = math.log(float(top[order == token].sum()) / float(top[kept].sum()))
+            assert lp == pytest.approx(want, abs=1e-4)
+            assert lp >= math.log(float(probs[token])) - 1e-5
 
 
 def test_batched_greedy_equals_one_at_a_time(model, tokenizer, prompts):
@@ -182,4 +205,6 @@ def test_top_k_and_top_p_restrict_the_support():
     assert draws(top_k=3, top_p=1.0) == {0, 1, 2}
     assert draws(top_k=0, top_p=0.7) == {0, 1}  # p = .64, .24, ...: .64 < .7 so token 1 stays
     token, logprob = sample_token(logits, sampled(temperature=2.0, top_k=1), gen)
-    assert logprob == pytest.approx(float(torch.log_softmax(logits / 2, -1)[0]))
+    assert (token, logprob) == (0, 0.0)  # the only token left: probability 1
+    token, logprob = sample_token(logits, sampled(temperature=2.0, top_k=0, top_p=1.0), gen)
+    assert logprob == pytest.approx(float(torch.log_softmax(logits / 2, -1)[token]))

@@ -183,8 +183,14 @@ def test_ppo_objective_matches_loop(seed, dual_clip):
     assert float(loss) == pytest.approx(pg + 0.2 * kl, rel=1e-10)
     assert metrics["pg_loss"] == pytest.approx(pg, rel=1e-10)
     assert metrics["kl"] == pytest.approx(kl, rel=1e-10)
-    assert set(metrics) == {"pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"}
-    assert metrics["entropy"] == 0.0  # not given: not computed
+    assert set(metrics) == {"pg_loss", "kl", "entropy", "clip_frac", "ratio_mean",
+                            "approx_kl_old", "ratio_max"}
+    assert math.isnan(metrics["entropy"])  # not given: not measured, and not reported as 0
+    ratio = [math.exp(float(a - b)) for a, b, m in zip(logp.flatten(), logp_old.flatten(),
+                                                        mask.flatten()) if m]
+    assert metrics["ratio_max"] == pytest.approx(max(ratio), rel=1e-10)
+    assert metrics["approx_kl_old"] == pytest.approx(
+        sum(r - 1 - math.log(r) for r in ratio) / len(ratio), rel=1e-6)
     assert all(isinstance(v, float) for v in metrics.values())
 
 
@@ -350,7 +356,7 @@ def test_ppo_objective_without_kl_needs_no_reference(mode):
                             aggregation=mode)
     want = aggregate(policy_loss(logp, logp_old, adv, mask, dual_clip=1.4), mask, mode)
     assert float(loss) == pytest.approx(float(want), rel=1e-12)
-    assert m["kl"] == 0.0 and m["entropy"] == 0.0 and m["pg_loss"] == pytest.approx(float(want))
+    assert m["kl"] == 0.0 and math.isnan(m["entropy"]) and m["pg_loss"] == pytest.approx(float(want))
 
 
 def test_the_config_offers_the_aggregation_modes_of_the_loss():

@@ -10,7 +10,8 @@ from mars_core.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.losses import AGGREGATIONS, aggregate
 from mars_core.models import load_model
-from mars_core.trainer import (Forward, Sample, TorchUpdater, _chunks, _plan, _rank_chunks, _step,
+from mars_core.trainer import (METRIC_MAXES, METRIC_SUMS, Forward, Sample, TorchUpdater, _chunks,
+                               _plan, _rank_chunks, _step,
                                enable_gradient_checkpointing, lr_lambda, make_optimizer,
                                ppo_update, sequence_logprobs)
 
@@ -223,14 +224,18 @@ def test_plan_reshuffles_per_epoch_and_balances_games():
     assert len({tuple(map(tuple, epoch)) for epoch in plan}) > 1
 
 
-def test_entropy_is_computed_and_reported_only_when_its_coefficient_is_on(model):
+def test_entropy_is_always_measured_and_trained_only_when_its_coefficient_is_on(model):
+    """Token entropy is measured whatever its coefficient (never a placeholder 0); only a
+    coefficient > 0 makes it a loss term that changes the update."""
     samples, optim = _samples(8), OptimConfig(micro_batch_size=3)
     off, m_off, _ = _params_after(model, samples, AlgorithmConfig(kl_coef=0.0), optim)
-    assert m_off["entropy"] == 0.0
-    algo = AlgorithmConfig(kl_coef=0.0, entropy_coef=0.5, loss_aggregation="token_mean")
-    on, m_on, _ = _params_after(model, samples, algo, optim)
     with torch.no_grad():
         _, mask, ent = sequence_logprobs(model, at(samples, 0.8), Forward(0), with_entropy=True)
+    assert m_off["entropy"] == pytest.approx(float(aggregate(ent, mask, "seq_mean_token_mean")),
+                                             rel=1e-4)
+    assert m_off["entropy"] > 0
+    algo = AlgorithmConfig(kl_coef=0.0, entropy_coef=0.5, loss_aggregation="token_mean")
+    on, m_on, _ = _params_after(model, samples, algo, optim)
     assert m_on["entropy"] == pytest.approx(float(aggregate(ent, mask, "token_mean")), rel=1e-4)
     assert m_on["loss"] == pytest.approx(m_on["pg_loss"] - 0.5 * m_on["entropy"], rel=1e-4)
     assert _max_diff(on, off) > 1e-5  # the bonus changes the update
@@ -293,7 +298,7 @@ def test_zero_weight_padding_pass_leaves_gradients_zero(model):
     grads, m = _rank_grads(model, None, None, _samples(3), [2], AlgorithmConfig(kl_coef=0.0),
                            OptimConfig(micro_batch_size=4), rank=1, world=2)
     assert all(torch.count_nonzero(g) == 0 for g in grads.values())
-    assert set(m) == {"loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean"}
+    assert set(m) == {"loss", *METRIC_SUMS, *METRIC_MAXES}
     assert all(v == 0.0 for v in m.values())
 
 

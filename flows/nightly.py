@@ -8,7 +8,9 @@
     compare: paired difference on the same questions, strategic difference, Table 1 layout
     log the comparison to MLflow (experiment `mars-nightly`)
     move `champion` to the candidate when it wins by more than the confidence interval
-        (or when there is no champion yet): `promotion`, whose reason names the interval
+        (or when the registry answers that there is no champion yet): `promotion`, whose
+        reason names the interval. A lookup that fails (an outage, a 503, a refusal) is
+        retried for the tracking retry window, then fails the night: nothing is promoted
 
 `prefect.yaml` deploys it as `nightly-eval` on a cron schedule.
 """

@@ -2,7 +2,7 @@
 and the episode Parquet codec. Tasks, flows, the CLI, the replay viewer, benches and tests ask
 this module; a stage renamed here needs no other edit.
 
-    runs/<run>/                config.yaml, .lock, mlflow_run.json, registered.json
+    runs/<run>/                config.yaml, run_key.json, .lock, mlflow_run.json, registered.json
       init/                    prepare_policy/  evaluate/
       iter_0000/ ...           generate_rollouts/ build_players/ filter_steps/ assign_rewards/
                                bank_episodes/ build_batch/ compute_advantages/ replays/
@@ -51,6 +51,10 @@ TURN_STAGES = (ASSIGN_REWARDS, FILTER_STEPS, GENERATE_ROLLOUTS)
 # -- run-level files ---------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
+# the config with its secrets, mode 0600, for shard workers in other processes (Ray); only
+# while a run that has secrets is going (config.yaml has them masked)
+PRIVATE_CONFIG_FILE = ".config.private.yaml"
+RUN_KEY_FILE = "run_key.json"  # the run's random id, made with config.yaml (MLflow tag mars.key)
 RUN_FILE = "mlflow_run.json"  # the run's MLflow run id
 REGISTERED_FILE = "registered.json"  # the registered version, once registration is done
 BANK_DIR = "bank"  # the episodes bank: bank/iter_XXXX.parquet, the trainable steps per iteration
@@ -67,6 +71,7 @@ BANK_FILE = "bank.json"
 BATCH_FILE = "batch.parquet"
 COMPOSITION_FILE = "composition.json"
 SAMPLES_FILE = "samples.parquet"  # compute_advantages: what the trainer reads
+OPTIMIZER_STEPS_FILE = "optimizer_steps.json"  # train_step: each optimizer step's metrics
 ADVANTAGES_FILE = "advantages.parquet"  # replays: (episode, turn) -> advantage
 POLICY_FILE = "policy.json"  # prepare_policy: the start policy's path and base model
 MODEL_DIR = "model"  # prepare_policy: the warmed-up weights

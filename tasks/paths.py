@@ -1,8 +1,13 @@
-"""Who may use a run folder, and its config (the folder's layout: `mars_core.layout`).
+"""Who may use a run folder, its config and its identity (the folder's layout: `mars_core.layout`).
 
 Run names are plain (letters, digits, `.`, `_`, `-`), and one
 process at a time holds a run folder's lock (`.lock`, an advisory `flock`: the kernel drops it
 when its holder dies, so a lock left by a killed process is simply taken over).
+
+A run is its random key (`run_key.json`, written with `config.yaml` when the folder is made),
+not its path: MLflow finds the run's tracking run by it (the tag `mars.key`), so a folder
+deleted and made again under the same name is a new MLflow run and a new model version,
+while a resume of the same folder keeps its key.
 """
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ import os
 import re
 import socket
 import time
+import uuid
 from pathlib import Path
 
 from mars_core.config import Config, ConfigError, config_diff, dump_config, load_config
-from mars_core.layout import CONFIG_FILE, LOCK_FILE
+from mars_core.layout import CONFIG_FILE, LOCK_FILE, PRIVATE_CONFIG_FILE, RUN_KEY_FILE
+from mars_core.stages import read_json, write_json
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
@@ -42,8 +49,14 @@ _LIVE: dict[str, Config] = {}
 
 
 def read_config(run_dir: Path) -> Config:
+    """The run's config with its secrets: this process's own, else (a shard worker in another
+    process) the private copy a running run with secrets keeps (`tasks.shards.share_config`),
+    else `config.yaml` (secrets masked)."""
     live = _LIVE.get(str(Path(run_dir).resolve()))
-    return live if live is not None else load_config(Path(run_dir) / CONFIG_FILE)
+    if live is not None:
+        return live
+    private = Path(run_dir) / PRIVATE_CONFIG_FILE
+    return load_config(private if private.is_file() else Path(run_dir) / CONFIG_FILE)
 
 
 def check_run_dir(run_dir: Path, cfg: Config) -> list[str] | None:
@@ -63,7 +76,8 @@ def check_run_dir(run_dir: Path, cfg: Config) -> list[str] | None:
             raise RunDirError(f"run directory {run_dir} was created with a different config "
                               f"(differs in: {', '.join(diff[:5])}); choose another --run-name")
         return diff
-    if run_dir.exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+    if run_dir.exists() and any(p.name not in (LOCK_FILE, RUN_KEY_FILE)
+                                for p in run_dir.iterdir()):
         raise RunDirError(f"{run_dir} exists and is not a run directory (no {CONFIG_FILE})")
     return None
 
@@ -79,8 +93,20 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
             _write_config(run_dir / CONFIG_FILE, cfg)
         return True
     run_dir.mkdir(parents=True, exist_ok=True)
+    # a new run: a new key, written before the config (a key without a config is a folder
+    # that never started: the next try writes a new one)
+    write_json(run_dir / RUN_KEY_FILE, {"key": uuid.uuid4().hex})
     _write_config(run_dir / CONFIG_FILE, cfg)
     return False
+
+
+def run_key(run_dir: Path) -> str:
+    """The run's identity (MLflow tag `mars.key`): the random key made with its folder. A folder
+    made before run keys existed keeps the one it had then, its absolute path."""
+    path = Path(run_dir) / RUN_KEY_FILE
+    if path.is_file():
+        return str(read_json(path)["key"])
+    return str(Path(run_dir).resolve())
 
 
 def _write_config(saved: Path, cfg: Config) -> None:

@@ -5,7 +5,8 @@ tokenizer and its chat template kept), so `mlflow models serve -m models:/NAME@c
 answers chat requests and `mlflow.transformers.load_model` loads it. Inside it, `model/` holds
 the weights and `components/tokenizer/` the tokenizer; a download joins them back into one plain
 Hugging Face folder for our engines. Versions are tagged with their lineage (git commit, run
-folder, the checkpoint and the base model they came from).
+folder and its random key `mars.key`, the checkpoint and the base model they came from): a
+version belongs to one run, so a run folder deleted and made again registers a new one.
 """
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from mlflow import MlflowClient
 
 from mars_core.layout import REGISTERED_FILE
 from mars_core.models import default_cache_dir, resolve_spec
+from mars_core.redact import redact_text
 from mars_core.stages import fault_point, read_json, write_json
-from tasks.tracking import client_for, ensure_run, git_state, retrying, tracking_uri
+from tasks.paths import run_key
+from tasks.tracking import (TrackingError, _transient, client_for, code_tags, ensure_run,
+                            git_state, retrying, tracking_uri)
 
 CHAT_TASK = "llm/v1/chat"
 MLFLOW_DIR = "mlflow"  # the MLflow model folder inside the final model's stage folder
@@ -73,8 +77,9 @@ def model_card(run_dir: Path, parent: str, base: str) -> str:
 def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
                    lineage: dict[str, str]) -> int:
     """Log the MLflow model folder `model_dir` as the run's `model` artifact, register it as a
-    new version of `name` (tagged with `lineage` and the git state) and point `alias` at it.
-    Idempotent per run directory."""
+    new version of `name` (tagged with `lineage`, the git state and the run's key) and point
+    `alias` at it. Idempotent per run: a resume finds the version of its own MLflow run (which
+    the run's random key names), a new folder of the same name makes a new version."""
     run_dir = Path(run_dir)
     done = run_dir / REGISTERED_FILE
     if done.is_file():
@@ -90,8 +95,7 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
     else:
         client.log_artifacts(run_id, str(model_dir), "model")
         fault_point("mid:register_model:final")
-        commit, dirty = git_state()
-        tags = {**lineage, "mlflow.source.git.commit": commit, "mars.git.dirty": str(dirty).lower()}
+        tags = {**lineage, **code_tags(), "mars.key": run_key(run_dir)}
         mv = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
         fault_point("end:register_model:final")
     client.set_registered_model_alias(name, alias, mv.version)
@@ -165,22 +169,56 @@ def _hf_folder(root: Path) -> Path:
     return inner[0] if len(inner) == 1 else root
 
 
-def alias_version(tracking: str, name: str, alias: str) -> int | None:
-    """The version `alias` points at in registered model `name` (None when unset); a model
-    that is not registered at all is a RegistryError."""
+# MLflow's answer for an alias that is not set: INVALID_PARAMETER_VALUE "Registered model alias
+# X not found." (its SQL and file stores, over REST too); RESOURCE_DOES_NOT_EXIST elsewhere
+_NO_ALIAS = re.compile(r"\balias\b.*\bnot (found|exist)|\bnot found\b.*\balias\b", re.I | re.S)
+NOT_PROMOTED = "nothing was promoted; run it again once the tracking store answers"
+
+
+def alias_absent(e: Exception) -> bool:
+    """Whether an MLflow error says that the alias is not set (and nothing else: a server error,
+    a timeout, a refusal or a missing model is no answer)."""
+    from mlflow.exceptions import MlflowException
+
+    return (isinstance(e, MlflowException)
+            and e.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST")
+            and bool(_NO_ALIAS.search(str(e))))
+
+
+@retrying(then=NOT_PROMOTED)
+def read_alias(tracking: str, name: str, alias: str) -> int | None:
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient(tracking_uri=tracking)
     if not client.search_registered_models(filter_string=f"name='{name}'"):
-        raise RegistryError(f"no registered model {name!r} in {tracking}")
+        raise RegistryError(f"no registered model {name!r} in {redact_text(tracking)}")
     try:
         return int(client.get_model_version_by_alias(name, alias).version)
-    except MlflowException:
-        return None
+    except MlflowException as e:
+        if alias_absent(e):
+            return None
+        if _transient(e):
+            raise  # retried
+        first = (str(e).strip().splitlines() or [e.error_code])[0][:300]
+        raise RegistryError(f"cannot read the {alias!r} alias of {name!r} in "
+                            f"{redact_text(tracking)}: {redact_text(first)}") from None
 
 
+def alias_version(tracking: str, name: str, alias: str) -> int | None:
+    """The version `alias` points at in registered model `name`, None only when the registry
+    answers that the alias is not set. Any other error is retried for the tracking retry window
+    (`tasks.tracking.retrying`) and then a RegistryError, as is a model not registered at all:
+    an outage never reads as "no alias"."""
+    try:
+        return read_alias(tracking, name, alias)
+    except TrackingError as e:
+        raise RegistryError(f"cannot read the {alias!r} alias of {name!r} in "
+                            f"{redact_text(tracking)}: {e}") from None
+
+
+@retrying(then="the alias may not have moved; run it again once the tracking store answers")
 def set_alias(tracking: str, name: str, alias: str, version: int, tags: dict | None = None) -> None:
-    """Point `alias` at `version` (tags, e.g. why, go on the version)."""
+    """Point `alias` at `version` (tags, e.g. why, go on the version); idempotent, retried."""
     client = MlflowClient(tracking_uri=tracking)
     client.set_registered_model_alias(name, alias, str(version))
     for k, v in (tags or {}).items():

@@ -26,7 +26,7 @@ from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
 from mars_core.layout import CONFIG_FILE, RUN_FILE
 from mars_core.redact import redact, redact_text
 from mars_core.stages import fault_point, read_json, write_json
-from tasks.paths import read_config
+from tasks.paths import read_config, run_key
 
 # MLflow errors that no retry can fix (a bad request, a missing or duplicate resource)
 _PERMANENT = ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS",
@@ -59,9 +59,17 @@ def retry_window_s() -> float:
     return float(os.environ.get("MARS_TRACKING_RETRY_S", "300"))
 
 
-def retrying(fn):
+RESUME = ("finished stages are saved: run the same command again to resume and publish what "
+          "is missing")
+
+
+def retrying(fn=None, *, then: str = RESUME):
     """Retry `fn` (idempotent) with exponential backoff (1 s doubling up to 30 s) while its
-    errors look transient, for `MARS_TRACKING_RETRY_S` seconds; then one TrackingError."""
+    errors look transient, for `MARS_TRACKING_RETRY_S` seconds; then one TrackingError that
+    ends with `then` (what to do). `@retrying` or `@retrying(then=...)`."""
+    if fn is None:
+        return functools.partial(retrying, then=then)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         window = retry_window_s()
@@ -74,8 +82,7 @@ def retrying(fn):
             first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
             raise TrackingError(
                 f"MLflow tracking unreachable for {window:.0f} s ({fn.__name__}: "
-                f"{redact_text(first)}); finished stages are saved: run the same command again "
-                "to resume and publish what is missing") from None
+                f"{redact_text(first)}); {then}") from None
     return wrapper
 
 
@@ -94,15 +101,30 @@ def git_state() -> tuple[str, bool]:
     return commit, bool(status.strip())
 
 
+def code_tags() -> dict[str, str]:
+    """The code a run ran (git commit, local changes): on training and evaluation runs."""
+    commit, dirty = git_state()
+    return {"mlflow.source.git.commit": commit, "mars.git.dirty": str(dirty).lower()}
+
+
 def lineage_tags(cfg) -> dict[str, str]:
     """What a training run came from: the code (git commit, local changes) and the base model."""
-    commit, dirty = git_state()
-    return {"mlflow.source.git.commit": commit, "mars.git.dirty": str(dirty).lower(),
-            "mlflow.source.name": "mars train", "mars.base_model": redact_text(cfg.model.path)}
+    return {**code_tags(), "mlflow.source.name": "mars train",
+            "mars.base_model": redact_text(cfg.model.path)}
 
 
 def tracking_uri(runs_dir: Path) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(runs_dir).resolve()}/mlflow.db"
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(runs_dir).resolve()}/mlflow.db"
+    return quiet_links(uri)
+
+
+def quiet_links(uri: str) -> str:
+    """`uri`; when it holds credentials, MLflow stops printing each finished run's link on
+    stdout (it prints the tracking URI as given, password and all; the flows print their own
+    lines, masked)."""
+    if redact_text(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    return uri
 
 
 def client_for(run_dir: Path) -> MlflowClient:
@@ -125,27 +147,56 @@ def _experiment_id(client: MlflowClient, name: str, runs_dir: Path | None) -> st
 
 
 def _find_or_create_run(client: MlflowClient, exp: str, name: str, tags: dict) -> str:
-    """A run is found by its `mars.key` tag before one is created, so a crash between
-    creating it and noting its id locally never leaves a second run behind."""
+    """A run is found by its `mars.key` tag (the run folder's random key, `tasks.paths.run_key`)
+    before one is created, so a crash between creating it and noting its id locally never
+    leaves a second run behind, and a new folder of the same name never finds an old run."""
     found = client.search_runs([exp], f"tags.`mars.key` = '{tags['mars.key']}'", max_results=1)
     if found:
         return found[0].info.run_id
     return client.create_run(exp, run_name=name, tags=tags).info.run_id
 
 
+_CHECKED: set[tuple[str, str]] = set()  # (run folder, store) whose MLflow run was found
+
+
+def _noted_run(run_dir: Path, client: MlflowClient) -> str:
+    """The MLflow run id noted in the run folder, checked once per process to be in the store
+    this process tracks to: a resume against another store is one line naming both."""
+    from mlflow.exceptions import MlflowException
+
+    noted = read_json(run_dir / RUN_FILE)
+    seen = (str(run_dir.resolve()), client.tracking_uri)
+    if seen not in _CHECKED:
+        try:
+            client.get_run(noted["run_id"])
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            there = noted.get("tracking")
+            raise TrackingError(
+                f"run folder {run_dir} was tracked in {there or 'another tracking store'}, but "
+                f"its MLflow run {noted['run_id']} is not in {redact_text(client.tracking_uri)}: "
+                f"resume with MLFLOW_TRACKING_URI set to {there or 'the store it was made in'}, "
+                "or start a new run with another --run-name") from None
+        _CHECKED.add(seen)
+    return noted["run_id"]
+
+
 @retrying
 def ensure_run(run_dir: Path) -> str:
     """The MLflow run id of this training run, created once with the config as params (and as
-    `config.yaml`, secrets masked) and its lineage as tags."""
+    `config.yaml`, secrets masked) and its lineage as tags, found by the folder's random key
+    (`mars.key`)."""
     run_dir = Path(run_dir)
     path = run_dir / RUN_FILE
-    if path.is_file():
-        return read_json(path)["run_id"]
-    cfg = read_config(run_dir)
     client = client_for(run_dir)
+    if path.is_file():
+        return _noted_run(run_dir, client)
+    cfg = read_config(run_dir)
     exp = _experiment_id(client, cfg.tracking.experiment, run_dir.parent)
-    key = str(run_dir.resolve())
-    run_id = _find_or_create_run(client, exp, run_dir.name, {"mars.key": key, "mars.run_dir": key})
+    where = str(run_dir.resolve())
+    run_id = _find_or_create_run(client, exp, run_dir.name,
+                                 {"mars.key": run_key(run_dir), "mars.run_dir": where})
     fault_point("mid:ensure_run:init")
     params = as_params(cfg.flat())
     logged = client.get_run(run_id).data.params
@@ -154,7 +205,9 @@ def ensure_run(run_dir: Path) -> str:
         client.log_batch(run_id, params=params[i:i + 100])
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in lineage_tags(cfg).items()])
     client.log_artifact(run_id, str(run_dir / CONFIG_FILE))
-    write_json(path, {"run_id": run_id, "experiment_id": exp})
+    write_json(path, {"run_id": run_id, "experiment_id": exp,
+                      "tracking": redact_text(client.tracking_uri)})
+    _CHECKED.add((where, client.tracking_uri))
     return run_id
 
 
@@ -169,7 +222,8 @@ def nested_run(run_dir: Path, label: str) -> str:
     exp = read_json(run_dir / RUN_FILE)["experiment_id"]
     run_id = _find_or_create_run(client_for(run_dir), exp, f"{run_dir.name}/{label}",
                                  {"mlflow.parentRunId": parent,
-                                  "mars.key": f"{run_dir.resolve()}#{label}"})
+                                  "mars.key": f"{run_key(run_dir)}#{label}",
+                                  "mars.run_dir": str(run_dir.resolve())})
     write_json(path, {"run_id": run_id})
     return run_id
 
@@ -248,17 +302,19 @@ def log_one_run(tracking: str | MlflowClient, experiment: str, name: str, tags: 
                 files=(), folders: dict[str, Path] | None = None, parent: str | None = None,
                 then: Callable[[MlflowClient, str, str], None] | None = None) -> str:
     """One finished MLflow run, the shape of every evaluation's record: created in
-    `experiment` with the run name `name` (secrets masked) and `tags` (a nested run of
-    `parent` where one is given), then params (masked), metrics (`{key: value}` or (key, value)
-    pairs, step 0), tables (artifact file -> rows), files (at the root), folders (artifact
-    path -> folder), then `then(client, experiment_id, run_id)` (nested runs, traces) before
-    the run is closed. Returns its id."""
+    `experiment` with the run name `name` and `tags`, secrets masked (a nested run of
+    `parent` where one is given; the code's git commit and local-changes flag added), then
+    params (masked), metrics (`{key: value}` or (key, value) pairs, step 0), tables (artifact
+    file -> rows), files (at the root), folders (artifact path -> folder), then
+    `then(client, experiment_id, run_id)` (nested runs, traces) before the run is closed.
+    Returns its id."""
     import pandas as pd
 
-    client = tracking if isinstance(tracking, MlflowClient) else MlflowClient(tracking_uri=tracking)
+    client = tracking if isinstance(tracking, MlflowClient) else MlflowClient(
+        tracking_uri=quiet_links(tracking))
     exp = _experiment_id(client, experiment, None)
-    tags = {"mlflow.parentRunId": parent, **tags} if parent else tags
-    run_id = client.create_run(exp, run_name=redact_text(name), tags=tags).info.run_id
+    tags = {**code_tags(), **({"mlflow.parentRunId": parent} if parent else {}), **tags}
+    run_id = client.create_run(exp, run_name=redact_text(name), tags=redact(tags)).info.run_id
     client.log_batch(run_id, params=as_params(params or {}))
     now = int(time.time() * 1000)
     pairs = metrics.items() if isinstance(metrics, dict) else metrics

@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 
 from mars_core.layout import (EPISODES_FILE, GENERATE_ROLLOUTS, checkpoint_dir, final_model_dir,
                               finished_stages, stage_dir)
+from tasks.paths import run_key
 
 NONDETERMINISTIC = ("time/", "tokens_per_s", "_s", "checkpoint/size_mb")
 
@@ -26,7 +27,8 @@ def _client(run_dir: Path, tracking: str | None = None) -> MlflowClient:
 def _runs(client: MlflowClient, run_dir: Path) -> dict[str, object]:
     """The training run and its nested runs, by name relative to the run folder."""
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    mine = [r for r in runs if r.data.tags.get("mars.key", "").startswith(str(run_dir.resolve()))]
+    key = run_key(run_dir)  # the folder's random key: the run's `mars.key`, `<key>#<label>` nested
+    mine = [r for r in runs if r.data.tags.get("mars.key", "").split("#")[0] == key]
     names = [r.info.run_name for r in mine]
     assert len(names) == len(set(names)), f"an MLflow run was created twice: {sorted(names)}"
     return {r.info.run_name.removeprefix(run_dir.name): r for r in mine}

@@ -1,19 +1,26 @@
 """The nightly candidate-vs-champion evaluation: registry aliases in, a logged comparison out,
-`champion` moved only on a win (or when there is none yet); and the `nightly-eval`
-deployment registers with its cron schedule on a Prefect server."""
+`champion` moved only on a win (or when the registry answers that there is none yet: a failed
+lookup, a 503 behind a real proxy in front of a real MLflow server, fails the night and promotes
+nothing); and the `nightly-eval` deployment registers with its cron schedule on a Prefect
+server."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 from mlflow import MlflowClient
 
 from flows.nightly import nightly_eval_flow
-from tasks.registry import RegistryError
+from tasks.registry import RegistryError, alias_version
 from tests.conftest import REPO
+from tests.servers import mlflow_in, started
 
 QUICK = str(REPO / "configs/eval/mars_strategic_quick.yaml")
 
@@ -127,3 +134,68 @@ def test_nightly_deployment_registers_with_its_schedule(prefect_api, tmp_path):
     assert schedule["schedule"]["cron"] == "0 2 * * *" and schedule["active"]
     assert deployment["entrypoint"] == "flows/nightly.py:nightly_eval_flow"
     assert deployment["parameters"]["registered_model"] == "mars-tic-tac-toe"
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    """An HTTP proxy in front of the MLflow server that answers 503 to every lookup of the
+    `champion` alias and passes everything else through (`seen`: what it was asked)."""
+    upstream: str = ""
+    seen: list[tuple[str, str]] = []
+
+    def _forward(self):
+        self.seen.append((self.command, self.path))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if "/registered-models/alias" in self.path and "alias=champion" in self.path:
+            self.send_response(503)
+            self.send_header("Content-Length", "19")
+            self.end_headers()
+            self.wfile.write(b"Service Unavailable")
+            return
+        up = urlsplit(self.upstream)
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
+        skip = {"host", "connection", "transfer-encoding", "content-length"}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+        conn.request(self.command, self.path, body=body or None, headers=headers)
+        got = conn.getresponse()
+        data = got.read()
+        self.send_response(got.status)
+        for k, v in got.getheaders():
+            if k.lower() not in skip:
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _forward
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_failed_champion_lookup_fails_the_night_and_promotes_nothing(
+        tmp_path, prefect_api, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # our retry window, not MLflow's
+    monkeypatch.setenv("MARS_TRACKING_RETRY_S", "3")
+    server = mlflow_in(tmp_path / "mlflow")
+    started(server)
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), type("Proxy", (_Proxy,), {
+        "upstream": server.url, "seen": []}))
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        client = _register(server.url, tmp_path, tiny_model_dir, "guarded", [["candidate"]])
+        behind = f"http://127.0.0.1:{proxy.server_address[1]}"
+        with pytest.raises(RegistryError, match=r"cannot read the 'champion' alias of 'guarded' "
+                           r".*503.*nothing was promoted") as failed:
+            _nightly(behind, tmp_path, "guarded", strategic_preset=None, arena_preset=None)
+        assert len(str(failed.value).splitlines()) == 1
+        lookups = [p for m, p in proxy.RequestHandlerClass.seen if "alias=champion" in p]
+        assert len(lookups) >= 2  # retried within the window before giving up
+        assert not any(m != "GET" for m, _ in proxy.RequestHandlerClass.seen)  # nothing written
+        assert alias_version(server.url, "guarded", "champion") is None  # still no champion
+        assert client.get_experiment_by_name("mars-nightly") is None  # no night logged
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        server.kill()

@@ -64,13 +64,17 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Secrets in overrides or the tracking URI reach the flow in a private file
+    (`mars_core.private`)."""
     from flows.arena import arena_flow
+    from mars_core.private import withheld
 
-    return arena_flow(preset=args.preset, agents=args.agents, run=args.run, games=args.games,
-                      schedule=args.schedule, n=args.n, matches=args.matches, seed=args.seed,
-                      reference=args.reference, save_pool=args.save_pool, out=args.out,
-                      overrides=args.overrides, tracking_uri=args.tracking_uri,
-                      experiment=args.experiment, runs_dir=args.runs_dir, replays=args.replays)
+    with withheld(overrides=args.overrides, tracking_uri=args.tracking_uri) as hidden:
+        return arena_flow(preset=args.preset, agents=args.agents, run=args.run,
+                          games=args.games, schedule=args.schedule, n=args.n,
+                          matches=args.matches, seed=args.seed, reference=args.reference,
+                          save_pool=args.save_pool, out=args.out, experiment=args.experiment,
+                          runs_dir=args.runs_dir, replays=args.replays, **hidden)
 
 
 def done(args: argparse.Namespace, result: dict) -> str:

@@ -46,11 +46,15 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Secrets in overrides reach the flow in a private file (`mars_core.private`)."""
     from flows.compare import compare_flow
+    from mars_core.private import withheld
 
-    return compare_flow(presets=args.presets, overlays=args.overlays, overrides=args.overrides,
-                        eval_preset=args.eval_preset, games=args.games, n=args.n,
-                        name=args.name, runs_dir=args.runs_dir, experiment=args.experiment)
+    with withheld(overrides=args.overrides) as hidden:
+        return compare_flow(presets=args.presets, overlays=args.overlays,
+                            eval_preset=args.eval_preset, games=args.games, n=args.n,
+                            name=args.name, runs_dir=args.runs_dir, experiment=args.experiment,
+                            **hidden)
 
 
 def done(args: argparse.Namespace, result: dict) -> str:

@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
                         "(default 1)")
     m.add_argument("--ray-address", default=None,
                    help="run the shards on this Ray cluster (auto, host:6379 or ray://host:10001)")
+    m.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="the environment variable holding --model's endpoint key (sent as a "
+                        "bearer key; the key itself never goes on the command line)")
+    m.add_argument("--baseline-api-key-env", default=None, metavar="NAME",
+                   help="the same for --baseline's endpoint")
     h = e.add_parser("harness", help="single-agent numbers through lm-evaluation-harness "
                                      "(the eval extra), on the same benchmark files")
     _benchmark_args(h, "harness_results.json", 8, "lm-eval batch (an endpoint: concurrent "
@@ -80,7 +85,7 @@ def check(args: argparse.Namespace) -> None:
     if not is_bot(args.policy):
         check_model_spec(args.policy, "--policy", endpoint_ok=False)
     check_out(args.out)
-    check_cluster(cfg.cluster.ray.address)
+    check_cluster(cfg.cluster)
 
 
 def _check_benchmarks(args: argparse.Namespace) -> None:
@@ -102,35 +107,61 @@ def _check_benchmarks(args: argparse.Namespace) -> None:
     check_model_spec(args.model, "--model")
     if getattr(args, "baseline", None):
         check_model_spec(args.baseline, "--baseline")
+    for flag in ("--api-key-env", "--baseline-api-key-env"):
+        _check_key_env(getattr(args, flag[2:].replace("-", "_"), None), flag)
     check_out(args.out)
     check_cluster(getattr(args, "ray_address", None))
 
 
+def _check_key_env(name: str | None, flag: str) -> None:
+    """An API-key variable's name: a variable name that is set (its value is never shown)."""
+    import os
+    import re
+
+    from mars_core.config import ConfigError
+
+    if name is None:
+        return
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ConfigError(f"{flag}: {name!r} is not an environment variable name (give the "
+                          "variable's name, e.g. VLLM_API_KEY, never the key)")
+    if not os.environ.get(name):
+        raise ConfigError(f"{flag}: the environment variable {name} is not set")
+
+
 def run(args: argparse.Namespace) -> dict:
+    """Secrets (credentials in an endpoint's or the tracking server's URL, secret overrides)
+    reach the flow in a private file, never as Prefect parameters (`mars_core.private`)."""
+    from mars_core.private import withheld
+
     if args.kind == "harness":
         from flows.evaluate import harness_eval_flow
 
-        return harness_eval_flow(
-            model=args.model, benchmarks=args.benchmarks, limit=args.limit, out=args.out,
-            data_dir=args.data_dir, gpqa_path=args.gpqa_path, max_tokens=args.max_tokens,
-            seed=args.seed, batch_size=args.batch_size, tracking_uri=args.tracking_uri,
-            experiment=args.experiment, runs_dir=args.runs_dir)
+        with withheld(model=args.model, tracking_uri=args.tracking_uri) as hidden:
+            return harness_eval_flow(
+                benchmarks=args.benchmarks, limit=args.limit, out=args.out,
+                data_dir=args.data_dir, gpqa_path=args.gpqa_path, max_tokens=args.max_tokens,
+                seed=args.seed, batch_size=args.batch_size, experiment=args.experiment,
+                runs_dir=args.runs_dir, **hidden)
     if args.kind == "mas":
         from flows.evaluate import mas_eval_flow
 
-        return mas_eval_flow(
-            model=args.model, baseline=args.baseline, systems=args.systems,
-            benchmarks=args.benchmarks, limit=args.limit, out=args.out, data_dir=args.data_dir,
-            gpqa_path=args.gpqa_path, max_tokens=args.max_tokens, seed=args.seed,
-            batch_size=args.batch_size, tracking_uri=args.tracking_uri,
-            experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
-            ray_address=args.ray_address)
+        with withheld(model=args.model, baseline=args.baseline,
+                      tracking_uri=args.tracking_uri) as hidden:
+            return mas_eval_flow(
+                systems=args.systems, benchmarks=args.benchmarks, limit=args.limit,
+                out=args.out, data_dir=args.data_dir, gpqa_path=args.gpqa_path,
+                max_tokens=args.max_tokens, seed=args.seed, batch_size=args.batch_size,
+                experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
+                ray_address=args.ray_address, api_key_env=args.api_key_env,
+                baseline_api_key_env=args.baseline_api_key_env, **hidden)
     from flows.evaluate import strategic_eval_flow
 
-    return strategic_eval_flow(
-        policy=args.policy, preset=args.preset, games=args.games, opponents=args.opponents,
-        n=args.n, seed=args.seed, out=args.out, overrides=args.overrides,
-        tracking_uri=args.tracking_uri, experiment=args.experiment, runs_dir=args.runs_dir)
+    with withheld(overrides=args.overrides, tracking_uri=args.tracking_uri) as hidden:
+        return strategic_eval_flow(
+            policy=args.policy, preset=args.preset, games=args.games, opponents=args.opponents,
+            n=args.n, seed=args.seed, out=args.out, experiment=args.experiment,
+            runs_dir=args.runs_dir, **hidden)
 
 
 def done(args: argparse.Namespace, result: dict) -> str:

@@ -21,6 +21,7 @@ from eval.benchmarks import Question
 from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
 from mars_core.intervals import mean_ci95
+from mars_core.redact import redact
 
 Z95 = 1.959964
 
@@ -134,10 +135,11 @@ _TEXTLESS = ("agent", "finish_reason", "error", "prompt_tokens", "completion_tok
 def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[Path]:
     """Per system x benchmark: `<system>/<benchmark>.jsonl`, one record per question with its
     transcript. Gated benchmarks (GPQA) keep only ids, outcome and grade: no question or reply
-    text ever lands in a file that may become an artifact."""
+    text ever lands in a file that may become an artifact; secrets (an endpoint's URL
+    credentials in an error) are masked (`mars_core.redact`)."""
     files: dict[Path, list[str]] = {}
     for r in results:
-        record = asdict(r)
+        record = redact(asdict(r))
         if r.benchmark in gated:
             record["prediction"] = ""
             record["transcript"] = [{k: t.get(k) for k in _TEXTLESS} for t in r.transcript]

@@ -26,6 +26,8 @@ from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
 from mars_core.layout import write_episodes
+from mars_core.private import reveal
+from mars_core.redact import install_log_redaction, redact
 from mars_core.replay import write_replays
 from tasks.artifacts import publish_table
 from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
@@ -78,9 +80,14 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
                save_pool: str | None = None, out: str = "arena.json",
                overrides: list[str] | None = None, tracking_uri: str | None = None,
                experiment: str = "mars-arena", runs_dir: str = "runs",
-               replays: int = 4) -> dict:
+               replays: int = 4, private: str | None = None) -> dict:
     """Rate agents against each other (or newcomers against a frozen pool); see the module
-    docstring. Returns the leaderboard and where everything was written."""
+    docstring. Returns the leaderboard and where everything was written. Secrets in
+    `overrides` and `tracking_uri` come masked, their values in the file `private`
+    (`mars_core.private`)."""
+    install_log_redaction()
+    revealed = reveal(private, overrides=overrides or [], tracking_uri=tracking_uri)
+    overrides, tracking_uri = revealed["overrides"], revealed["tracking_uri"]
     if save_pool and reference:
         raise ValueError("--save-pool freezes an open arena's agents; not with --reference")
     p = plan(preset, agents, run, games, schedule, n, matches, seed, reference, overrides)
@@ -113,7 +120,7 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
               "trueskill": cfg.trueskill.model_dump(), "leaderboard": rows,
               "per_game": per_game(records, params, p["frozen"]), "causes": causes(records),
               "checkpoints": p["checkpoints"], "records": records}
-    out_path.write_text(json.dumps(result, indent=1))
+    out_path.write_text(json.dumps(redact(result), indent=1))
     files["md"].write_text(markdown(rows))
     ratings_plot(rows, p["checkpoints"], files["png"])
     print("\n" + markdown(rows))

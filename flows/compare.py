@@ -17,6 +17,8 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_strategic_config
+from mars_core.private import reveal
+from mars_core.redact import install_log_redaction
 from mars_core.strength import comparison_table, per_game_normalized, radar_chart
 from mars_core.layout import final_model_dir
 from mars_core.stages import MARKER, is_done, read_json, stage_output, write_json
@@ -57,10 +59,15 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
                  overrides: list[str] | None = None,
                  eval_preset: str = "configs/eval/mars_strategic_quick.yaml",
                  games: list[str] | None = None, n: int | None = None, name: str = "ablations",
-                 runs_dir: str = "runs", experiment: str = "mars-ablations") -> dict:
+                 runs_dir: str = "runs", experiment: str = "mars-ablations",
+                 private: str | None = None) -> dict:
     """Train each of `presets` (default: the four ablations) with the same `overlays` (e.g.
-    configs/scales/smoke.yaml) and `overrides`, as runs `<name>-<preset>`; evaluate on
-    `eval_preset` (narrowed to `games`, `n` games per seat); log the table."""
+    configs/scales/smoke.yaml) and `overrides` (secrets masked, their values in the file
+    `private`: `mars_core.private`), as runs `<name>-<preset>`; evaluate on `eval_preset`
+    (narrowed to `games`, `n` games per seat); log the table."""
+    install_log_redaction()
+    shown = list(overrides or [])
+    reveal(private, overrides=shown)  # refuses a secret given in clear
     presets = list(presets or ABLATIONS)
     labels = [Path(p).stem for p in presets]
     if len(set(labels)) != len(labels):
@@ -71,8 +78,9 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
     ecfg = load_strategic_config(eval_preset, games, None, n, None)
     trained = {}
     for preset, label in zip(presets, labels):
+        # the subflow's parameters are stored too: the masked overrides and the same file
         result = train_flow(config=preset, run_name=f"{name}-{label}", runs_dir=runs_dir,
-                            overrides=overrides or [], overlays=overlays or [])
+                            overrides=shown, overlays=overlays or [], private=private)
         trained[label] = result
     first = trained[labels[0]]["run_dir"]
     policies = {"start": initial_policy(first)}
@@ -91,7 +99,7 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
         unlock_run_dir(folder)
     print(f"comparison ({ecfg.n} games per game x opponent x seat):\n{markdown}")
     params = {"presets": ",".join(presets), "overlays": ",".join(overlays or []),
-              "overrides": ",".join(overrides or []), "eval_preset": eval_preset,
+              "overrides": ",".join(shown), "eval_preset": eval_preset,
               "eval.n": ecfg.n, "eval.games": ",".join(ecfg.suite), "eval.seed": ecfg.seed,
               **{f"run.{label}": r["mlflow_run_id"] for label, r in trained.items()}}
     run_id = log_comparison(tracking_uri(Path(runs_dir)), experiment, name, params, rows, files)

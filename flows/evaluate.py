@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from prefect import flow
@@ -17,6 +18,8 @@ from eval.mas import comparison_table, markdown
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import config_from_dict, load_strategic_config
 from mars_core.config_cluster import ClusterConfig
+from mars_core.private import reveal
+from mars_core.redact import install_log_redaction, redact, redact_text
 from mars_core.strength import per_game_normalized, radar_chart
 from mars_core.engines.chat import is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
@@ -31,17 +34,23 @@ def strategic_eval_flow(policy: str = "embedded",
                         games: list[str] | None = None, opponents: list[str] | None = None,
                         n: int | None = None, seed: int | None = None, out: str = "results.json",
                         overrides: list[str] | None = None, tracking_uri: str | None = None,
-                        experiment: str = "mars-strategic-eval", runs_dir: str = "runs") -> dict:
+                        experiment: str = "mars-strategic-eval", runs_dir: str = "runs",
+                        private: str | None = None) -> dict:
     """Evaluate `policy` on a preset (None: the full MARS suite), optionally narrowed to
-    `games` / `opponents`; write `out` (a JSON list of records) and files beside it."""
-    cfg = load_strategic_config(preset, games, opponents, n, seed, overrides or [])
+    `games` / `opponents`; write `out` (a JSON list of records) and files beside it. Secrets
+    in `overrides` and `tracking_uri` come masked, their values in the file `private`
+    (`mars_core.private`)."""
+    install_log_redaction()
+    p = reveal(private, overrides=overrides or [], tracking_uri=tracking_uri)
+    overrides, tracking_uri = p["overrides"], p["tracking_uri"]
+    cfg = load_strategic_config(preset, games, opponents, n, seed, overrides)
     model = resolve_policy(policy, tracking_uri, runs_dir)
     result = evaluate_suite(cfg, policy, model)
     records = result["records"]
     out_path = Path(out)
     files = [out_path, out_path.with_name(out_path.stem + "_radar.png"),
              out_path.with_name(out_path.stem + "_transcripts.md")]
-    out_path.write_text(json.dumps(records, indent=1))
+    out_path.write_text(json.dumps(redact(records), indent=1))
     scores = per_game_normalized(records)
     radar_chart({policy: scores}, files[1], title=f"normalized return: {policy}")
     files[2].write_text(result["transcripts"])
@@ -74,7 +83,9 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
                   data_dir: str | None = None, gpqa_path: str | None = None,
                   max_tokens: int = 8192, seed: int = 0, batch_size: int = 32, bf16: str = "auto",
                   tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
-                  runs_dir: str = "runs", shards: int = 1, ray_address: str | None = None) -> dict:
+                  runs_dir: str = "runs", shards: int = 1, ray_address: str | None = None,
+                  api_key_env: str | None = None, baseline_api_key_env: str | None = None,
+                  private: str | None = None) -> dict:
     """Reasoning benchmarks inside multi-agent systems (the MARS paper's Table 1), top to
     bottom:
 
@@ -85,12 +96,26 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         write `out` (accuracy with 95% CI, calls, tokens per system x benchmark, the table)
             and transcripts beside it (`<out>_transcripts/<model>/<system>/<benchmark>.jsonl`)
         log them to MLflow (a run, a nested run per model) when a tracking URI is set
+
+    An endpoint's key comes from the environment variable `api_key_env` (the baseline's:
+    `baseline_api_key_env`), sent as a bearer key. Credentials in `model`, `baseline` or
+    `tracking_uri` come masked, their values in the file `private` (`mars_core.private`), and
+    are masked in everything written (files, MLflow, Prefect artifacts, logs).
     """
+    install_log_redaction()
+    p = reveal(private, model=model, baseline=baseline, tracking_uri=tracking_uri)
+    model, baseline, tracking_uri = p["model"], p["baseline"], p["tracking_uri"]
+    shown, shown_baseline = redact_text(model), baseline and redact_text(baseline)
     systems = systems or list(SYSTEMS)
     benchmarks = benchmarks or list(SHIPPED)
     check_systems(systems)
     check_names(benchmarks, gpqa_path)
-    cluster = config_from_dict({"shards": shards, "ray": {"address": ray_address}}, ClusterConfig)
+    keys = {"model": api_key_env, "baseline": baseline_api_key_env}
+    # a cluster's workers get the key variables through cluster.ray.env (tasks.shards: set by
+    # a worker setup hook, not in Ray's runtime env)
+    env = {v: os.environ[v] for v in keys.values() if v and v in os.environ}
+    cluster = config_from_dict({"shards": shards, "ray": {"address": ray_address, "env": env}},
+                               ClusterConfig)
     out_path = Path(out)
     records = out_path.with_name(out_path.stem + "_transcripts")
     specs = {"model": model, **({"baseline": baseline} if baseline else {})}
@@ -100,11 +125,11 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         reports.append(evaluate_mas(label, local, systems, benchmarks, str(records),
                                     limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
                                     max_tokens=max_tokens, seed=seed, batch_size=batch_size,
-                                    bf16=bf16, cluster=cluster))
-        reports[-1]["model"] = spec
+                                    bf16=bf16, cluster=cluster, api_key_env=keys[label]))
+        reports[-1]["model"] = redact_text(spec)
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "baseline" if baseline else None)
-    config = {"model": model, "baseline": baseline or "", "systems": ",".join(systems),
+    config = {"model": shown, "baseline": shown_baseline or "", "systems": ",".join(systems),
               "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
               "temperature": 0.6, "top_p": 0.95, "top_k": 20, "seed": seed}
     write_results(out_path, config, reports, table)
@@ -113,11 +138,11 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
     print("\n" + markdown(table))
     run_id = None
     if tracking_uri:
-        run_id = log_mas(tracking_uri, experiment, f"mas {model}", config, reports, table,
+        run_id = log_mas(tracking_uri, experiment, f"mas {shown}", config, reports, table,
                          [out_path, table_md])
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
-    publish_markdown(f"mas-{model}", markdown(table), f"reasoning benchmarks in multi-agent "
-                     f"systems: {model}" + (f" vs {baseline}" if baseline else ""),
+    publish_markdown(f"mas-{shown}", markdown(table), f"reasoning benchmarks in multi-agent "
+                     f"systems: {shown}" + (f" vs {shown_baseline}" if baseline else ""),
                      tracking_uri, run_id)
     return {"out": str(out_path), "records": sum(r["n"] for rep in reports for r in rep["rows"]),
             "table": table, "mlflow_run_id": run_id}
@@ -129,20 +154,24 @@ def harness_eval_flow(model: str = "embedded", benchmarks: list[str] | None = No
                       data_dir: str | None = None, gpqa_path: str | None = None,
                       max_tokens: int = 8192, seed: int = 0, batch_size: int = 8,
                       tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
-                      runs_dir: str = "runs") -> dict:
+                      runs_dir: str = "runs", private: str | None = None) -> dict:
     """The single-agent numbers through lm-evaluation-harness (the `eval` extra): resolve the
     model, run our benchmark files as lm-eval tasks graded by our graders, write `out`, log to
-    MLflow when a tracking URI is set."""
+    MLflow when a tracking URI is set (credentials in `model` or `tracking_uri`: as in
+    `mas_eval_flow`)."""
+    install_log_redaction()
+    p = reveal(private, model=model, tracking_uri=tracking_uri)
+    model, tracking_uri = p["model"], p["tracking_uri"]
     benchmarks = benchmarks or list(SHIPPED)
     check_names(benchmarks, gpqa_path)
     local = model if is_endpoint(model) else resolve_policy(model, tracking_uri, runs_dir)
     result = evaluate_harness(local, benchmarks, limit=limit, max_tokens=max_tokens,
                               batch_size=batch_size, data_dir=data_dir, gpqa_path=gpqa_path,
                               seed=seed)
-    result["model"] = model
+    result["model"] = redact_text(model)
     out_path = Path(out)
-    out_path.write_text(json.dumps(result, indent=1))
-    run_id = log_harness(tracking_uri, experiment, model, result, out_path) if tracking_uri \
-        else None
+    out_path.write_text(json.dumps(redact(result), indent=1))
+    run_id = log_harness(tracking_uri, experiment, redact_text(model), result, out_path) \
+        if tracking_uri else None
     return {"out": str(out_path), "records": sum(r["n"] for r in result["benchmarks"].values()),
             "benchmarks": result["benchmarks"], "mlflow_run_id": run_id}

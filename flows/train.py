@@ -18,6 +18,8 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_config
+from mars_core.private import reveal
+from mars_core.redact import install_log_redaction
 from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, BUILD_PLAYERS,
                               COMPUTE_ADVANTAGES, EVALUATE, FILTER_STEPS, GENERATE_ROLLOUTS, INIT,
                               ITERATION_STAGES, REPLAYS, SAVE_CHECKPOINT, TRAIN_STEP,
@@ -30,6 +32,7 @@ from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_d
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
 from tasks.rollout import generate_rollouts
+from tasks.shards import share_config, unshare_config
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
 
@@ -56,16 +59,21 @@ def summary_line(k: int, n: int, m: dict) -> str:
 @flow(name="mars-train", log_prints=True)
 def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
                runs_dir: str = "runs", overrides: list[str] | None = None,
-               overlays: list[str] | None = None) -> dict:
+               overlays: list[str] | None = None, private: str | None = None) -> dict:
     """Train (or resume) the run `runs_dir/run_name` with the preset `config`, the `overlays`
-    merged on top (e.g. configs/scales/smoke.yaml) and then the `key=value` overrides."""
-    cfg = load_config(config, overrides or [], overlays=overlays or [])
+    merged on top (e.g. configs/scales/smoke.yaml) and then the `key=value` overrides (an
+    override holding a secret comes masked, its value in the file `private`:
+    `mars_core.private`)."""
+    install_log_redaction()
+    overrides = reveal(private, overrides=overrides or [])["overrides"]
+    cfg = load_config(config, overrides, overlays=overlays or [])
     run_dir = str(run_dir_for(runs_dir, run_name or Path(config).stem))
     lock_run_dir(Path(run_dir))  # one process per run folder (a second one gets a clear error)
     try:
         resumed = prepare_run_dir(Path(run_dir), cfg)
         if resumed:
             check_finished_stages(Path(run_dir))
+        share_config(run_dir, cfg)  # for shard workers in other processes, while it runs
         run_id = ensure_run(Path(run_dir))
         try:
             result = _iterations(run_dir, cfg)
@@ -76,6 +84,7 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
             shutdown_engines()  # a vLLM server this run started
         set_terminated(Path(run_dir), run_id)
     finally:
+        unshare_config(run_dir)
         unlock_run_dir(Path(run_dir))
     done = (f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
             f"{result['model_version']} has the alias 'candidate'")

@@ -123,6 +123,10 @@ class Config(_Section):
         """The config as plain data with its secrets masked: what may be written anywhere."""
         return redact(self.model_dump(mode="json"))
 
+    def has_secrets(self) -> bool:
+        """Whether redaction masks anything: then `config.yaml` is not the whole config."""
+        return self.public() != self.model_dump(mode="json")
+
 
 _LEAF_DICTS = ("rewards.game_scale", "evaluation.opponents", "rewards.in2ai.outcome_multiplier",
                "rollout.opponents", "rollout.per_game", "rollout.game_weights",
@@ -269,3 +273,8 @@ def config_diff(a: Config, b: Config) -> list[str]:
 def dump_config(cfg: Config) -> str:
     """The config as YAML, secrets masked (the run's process keeps the real values)."""
     return yaml.safe_dump(cfg.public(), sort_keys=False)
+
+
+def dump_private_config(cfg: Config) -> str:
+    """The whole config as YAML, secrets included: only ever for a private (0600) file."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

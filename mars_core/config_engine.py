@@ -9,9 +9,11 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from mars_core.config_base import _Section
+from mars_core.redact import is_secret_name
 
 GiB = 1 << 30
-OWN_FLAGS = ("--host", "--port", "--api-key")  # set by the pipeline, never by extra_args
+# set by the pipeline, never by extra_args
+OWN_FLAGS = ("--host", "--port", "--api-key", "--ssl-keyfile", "--ssl-certfile")
 
 
 def is_loopback(host: str) -> bool:
@@ -26,9 +28,11 @@ def is_loopback(host: str) -> bool:
 
 class VLLMLaunch(_Section):
     """How the pipeline starts its own vLLM server (when `engine.vllm.url` is null). The server
-    runs with vLLM's dev-mode endpoints (the in-place weight reload), which answer anyone who
-    can reach the port, so it listens on a loopback address only; each start gets a new random
-    API key, passed to it in its environment."""
+    runs with vLLM's dev-mode endpoints (the in-place weight reload), which vLLM leaves open to
+    anyone who reaches the port: our middleware puts them behind an API key, new and random
+    each start, passed in the server's environment, and the server listens on a loopback
+    address; a replica placed by Ray listens on its node's address, over TLS with a
+    certificate made for that start and pinned by the pipeline (`tasks/vllm_ray.py`)."""
 
     python: str = ".venv-vllm/bin/python"  # the vLLM environment's interpreter
     host: str = "127.0.0.1"  # loopback only: 127.0.0.0/8, ::1 or localhost
@@ -43,7 +47,7 @@ class VLLMLaunch(_Section):
     # they share `env`: to give each its own GPU, start them yourself and list engine.vllm.urls
     replicas: int = Field(1, ge=1, le=64)
     # with cluster.ray.address: each replica is a Ray actor asking for these (Ray puts it on a
-    # node that has them; it listens on that node's address, behind its key)
+    # node that has them; it listens on that node's address, over TLS, behind its key)
     ray_gpus: float = Field(1.0, ge=0)
     ray_cpus: float = Field(1.0, ge=0)
     extra_args: list[str] = Field(default_factory=list)  # e.g. ["--tensor-parallel-size", "2"]
@@ -63,9 +67,15 @@ class VLLMLaunch(_Section):
     @classmethod
     def _no_own_flags(cls, args: list[str]) -> list[str]:
         for a in args:
-            if a.split("=", 1)[0] in OWN_FLAGS:
-                raise ValueError(f"{a.split('=', 1)[0]} is set by the pipeline (host and port: "
-                                 "engine.vllm.launch.host/port; the API key: a new one each start)")
+            flag = a.split("=", 1)[0]
+            if flag in OWN_FLAGS:
+                raise ValueError(f"{flag} is set by the pipeline (host and port: "
+                                 "engine.vllm.launch.host/port; the API key and, on Ray, the "
+                                 "TLS certificate: new each start)")
+            if flag.startswith("-") and is_secret_name(flag):
+                raise ValueError(f"{flag}: a secret on the server's command line shows in `ps` "
+                                 "and in its log; put it in engine.vllm.launch.env instead (e.g. "
+                                 "HF_TOKEN), which the server gets in its environment")
         return args
 
 

@@ -3,6 +3,7 @@ model, and log one evaluation (its models, the comparison table, transcripts) to
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -14,29 +15,44 @@ from eval.benchmarks import load, source_of
 from eval.mas import read_records, run_suite, summarize, wilson, write_records
 from mars_core.config_cluster import ClusterConfig
 from mars_core.engines.chat import ChatParams, is_endpoint
+from mars_core.redact import redact, redact_text
 from tasks.common import bf16_wanted
 from tasks.shards import run_shards, shard_slices
 from tasks.tracking import _metric_key, log_one_run
 from tasks.traces import log_conversation_traces
 
 
-def chat_engine(model: str, batch_size: int, bf16: str = "auto"):
+def chat_engine(model: str, batch_size: int, bf16: str = "auto", api_key_env: str | None = None):
     """`model` is a local model folder or an endpoint URL (`http://host:port`, the server's
-    first model; `http://host:port#NAME` picks model NAME)."""
+    first model; `http://host:port#NAME` picks model NAME); an endpoint gets the value of the
+    environment variable `api_key_env` as its bearer key. An error names the URL without its
+    credentials."""
     from mars_core.engines.build import build_engine
 
-    return build_engine(model, batch_size=batch_size, bf16=bf16_wanted(bf16), chat=True)
+    api_key = os.environ.get(api_key_env) or None if api_key_env else None
+    try:
+        return build_engine(model, batch_size=batch_size, bf16=bf16_wanted(bf16), chat=True,
+                            api_key=api_key)
+    except ConnectionError as e:
+        raise ConnectionError(redact_text(str(e))) from None
 
 
-@task(task_run_name="mas_shard {model}: questions {start}-{stop}",
-      cache_policy=NO_CACHE)
+def _shard_name() -> str:
+    from prefect.runtime import task_run
+
+    p = task_run.parameters
+    return f"mas_shard {redact_text(p['model'])}: questions {p['start']}-{p['stop']}"
+
+
+@task(task_run_name=_shard_name, cache_policy=NO_CACHE)
 def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int | None,
               data_dir: str | None, gpqa_path: str | None, max_tokens: int, seed: int,
-              batch_size: int, bf16: str, start: int, stop: int) -> tuple[str, list]:
+              batch_size: int, bf16: str, start: int, stop: int,
+              api_key_env: str | None = None) -> tuple[str, list]:
     """Questions `start`..`stop` of the suite (loaded here, on whichever machine runs it)
     under every system, with an engine of its own: (the engine's name, the results)."""
     questions = [q for name in benchmarks for q in load(name, data_dir, limit, gpqa_path)]
-    engine = chat_engine(model, batch_size, bf16)
+    engine = chat_engine(model, batch_size, bf16, api_key_env)
     return engine.name, run_suite(engine, systems, questions[start:stop],
                                   ChatParams(max_tokens=max_tokens, seed=seed),
                                   max_batch=max(batch_size * 8, 1), progress=print)
@@ -47,19 +63,21 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
                  out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
                  gpqa_path: str | None = None, max_tokens: int = 8192, seed: int = 0,
                  batch_size: int = 32, bf16: str = "auto",
-                 cluster: ClusterConfig | None = None) -> dict:
+                 cluster: ClusterConfig | None = None, api_key_env: str | None = None) -> dict:
     """Every system on every benchmark with one model (loaded once); per-question records and
     transcripts go to `<out_dir>/<label>/<system>/<benchmark>.jsonl`. Returns the summary
     rows, the records folder, the gated benchmarks and the cost. With `cluster` sharded the
     questions split into `cluster.shards` ranges, each a mas_shard task run with its own
-    engine (on the Ray cluster where one is configured); the results are the same."""
+    engine (on the Ray cluster where one is configured); the results are the same. An
+    endpoint gets the key in the environment variable `api_key_env` (the cluster's workers
+    get the variable through `cluster.ray.env`)."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
     cluster = cluster or ClusterConfig()
     started = time.perf_counter()
     shard = {"model": model, "systems": systems, "benchmarks": benchmarks, "limit": limit,
              "data_dir": data_dir, "gpqa_path": gpqa_path, "max_tokens": max_tokens,
-             "seed": seed, "batch_size": batch_size, "bf16": bf16}
+             "seed": seed, "batch_size": batch_size, "bf16": bf16, "api_key_env": api_key_env}
     if cluster.sharded and len(questions) > 1:
         parts = run_shards(mas_shard, [shard | {"start": r.start, "stop": r.stop} for r in
                                        shard_slices(len(questions), cluster.shards)], cluster)
@@ -76,7 +94,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
         print(f"{label}: {r['system']:8s} {r['benchmark']:13s} accuracy {r['accuracy']:5.1f}% "
               f"[{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={r['n']}, {r['calls']} calls, "
               f"{r['prompt_tokens'] + r['completion_tokens']} tokens, {r['errors']} errors")
-    return {"label": label, "model": model, "rows": rows, "records": str(folder),
+    return {"label": label, "model": redact_text(model), "rows": rows, "records": str(folder),
             "gated": sorted(gated), "seconds": seconds, "engine": engine_name,
             "sources": {b: source_of(b, data_dir, gpqa_path) for b in benchmarks}}
 
@@ -147,7 +165,7 @@ def write_results(out: Path, config: dict, reports: list[dict], table: list[dict
             "models": {r["label"]: {k: r[k] for k in ("model", "engine", "seconds", "rows")}
                        for r in reports},
             "table": table, **(extra or {})}
-    out.write_text(json.dumps(body, indent=1))
+    out.write_text(json.dumps(redact(body), indent=1))
 
 
 @task(cache_policy=NO_CACHE)

@@ -12,6 +12,7 @@ folder is missing, and the stage folder is complete only when every shard's part
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -19,8 +20,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from mars_core import offline
-from mars_core.layout import shard_folder, shards_dir
+from mars_core.config import dump_private_config
+from mars_core.layout import PRIVATE_CONFIG_FILE, shard_folder, shards_dir
 from mars_core.config_cluster import ClusterConfig
+from mars_core.private import write_private
+from mars_core.redact import install_log_redaction, redact_env
 
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
@@ -58,6 +62,8 @@ def _api_url() -> str | None:
 
 
 def worker_env(cluster: ClusterConfig) -> dict[str, str]:
+    """Every variable the shard workers get: `PASSED_ENV`, this repository on PYTHONPATH, the
+    flow's Prefect API, and `cluster.ray.env`."""
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
                                         if p)
@@ -65,6 +71,44 @@ def worker_env(cluster: ClusterConfig) -> dict[str, str]:
     if url:
         env["PREFECT_API_URL"] = url.rstrip("/")
     return env | dict(cluster.ray.env)
+
+
+def runtime_env(cluster: ClusterConfig) -> dict:
+    """Ray's runtime env for the shard workers. Ray shows a job's runtime env in its dashboard
+    and state API and writes it to its logs, so `env_vars` holds only the variables redaction
+    leaves as they are (`mars_core.redact.ENV_ALLOW`, URLs without credentials); the others
+    (a `cluster.ray.env` HF_TOKEN, a tracking URI with a password) are set in each worker by
+    its setup hook, which Ray pickles into its cluster store, not into the runtime env. (The
+    Prefect API's credentials travel with each task, in prefect-ray's task context.)"""
+    env = worker_env(cluster)
+    shown = redact_env(env)
+    out: dict = {"env_vars": {k: v for k, v in env.items() if shown[k] == v}}
+    hidden = {k: v for k, v in env.items() if shown[k] != v}
+    if hidden:
+        hook = functools.partial(set_worker_env, hidden)
+        hook.__name__ = "mars_worker_env"  # what Ray shows for the hook
+        out["worker_process_setup_hook"] = hook
+    return out
+
+
+def set_worker_env(env: dict[str, str]) -> None:
+    """A shard worker's setup hook (see `runtime_env`): its hidden variables, and log records
+    redacted from here on."""
+    os.environ.update(env)
+    install_log_redaction()
+
+
+def share_config(run_dir: Path | str, cfg) -> None:
+    """A sharded run with secrets keeps its whole config in a private file (0600) beside the
+    masked `config.yaml` while it goes (`tasks.paths.read_config` reads it in a shard worker
+    of another process, so a sharded run plays with the same config as one process);
+    `unshare_config` removes it when the run ends."""
+    if cfg.cluster.sharded and cfg.has_secrets():
+        write_private(Path(run_dir) / PRIVATE_CONFIG_FILE, dump_private_config(cfg))
+
+
+def unshare_config(run_dir: Path | str) -> None:
+    (Path(run_dir) / PRIVATE_CONFIG_FILE).unlink(missing_ok=True)
 
 
 def connect(cluster: ClusterConfig) -> None:
@@ -76,12 +120,13 @@ def connect(cluster: ClusterConfig) -> None:
     if ray.is_initialized():
         return
     reachable(cluster.ray.address)
+    answers_as_ray(cluster.ray.address)  # ray.init would wait for minutes on another port
     try:
-        ray.init(address=cluster.ray.address, runtime_env={"env_vars": worker_env(cluster)},
+        ray.init(address=cluster.ray.address, runtime_env=runtime_env(cluster),
                  logging_level="ERROR")
-    except ConnectionError as e:
+    except (ConnectionError, RuntimeError) as e:
         raise ClusterError(f"cannot reach the Ray cluster at {cluster.ray.address!r} "
-                           f"(cluster.ray.address): {str(e).splitlines()[0]}") from None
+                           f"(cluster.ray.address): {str(e).strip().splitlines()[0]}") from None
 
 
 def reachable(address: str, timeout_s: float = 5) -> None:
@@ -98,6 +143,52 @@ def reachable(address: str, timeout_s: float = 5) -> None:
         why = "not host:port" if isinstance(e, ValueError) else (e.strerror or type(e).__name__)
         raise ClusterError(f"cannot reach the Ray cluster at {address!r} (cluster.ray.address): "
                            f"{why}") from None
+
+
+def answers_as_ray(address: str, timeout_s: float = 10) -> None:
+    """What answers at `address` is a Ray cluster (a head's GCS for `host:port`, the client
+    server for `ray://`): one gRPC call, answered or refused within `timeout_s`; else one
+    ClusterError line at once. (`ray.init` on a port that answers but is not Ray's waits for
+    minutes, retrying.)"""
+    try:
+        import grpc
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray's layout: ray.init decides
+        return
+    if address == "auto":
+        return
+    client = address.startswith("ray://")
+    target = address.removeprefix("ray://") if client else canonicalize_bootstrap_address(address)
+    channel = init_grpc_channel(target)
+    try:
+        if client:
+            from ray.core.generated import ray_client_pb2 as pb, ray_client_pb2_grpc as rpc
+
+            rpc.RayletDriverStub(channel).ClusterInfo(
+                pb.ClusterInfoRequest(type=pb.ClusterInfoType.PING), timeout=timeout_s)
+        else:
+            from ray.core.generated import gcs_service_pb2 as pb, gcs_service_pb2_grpc as rpc
+
+            rpc.NodeInfoGcsServiceStub(channel).GetClusterId(pb.GetClusterIdRequest(),
+                                                             timeout=timeout_s)
+    except grpc.RpcError as e:
+        code, detail = e.code(), (e.details() or "").strip().splitlines()[:1]
+        detail = detail[0][-160:] if detail else ""
+        if code == grpc.StatusCode.UNAUTHENTICATED:  # Ray, with token authentication
+            raise ClusterError(f"the Ray cluster at {address!r} wants its authentication token "
+                               f"({detail}): set RAY_AUTH_MODE=token and the cluster's token "
+                               "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
+                               ) from None
+        no_answer = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                     grpc.StatusCode.UNIMPLEMENTED)
+        if client and code not in no_answer:
+            return  # the client server answered (a refusal of its own: ray.init says which)
+        raise ClusterError(f"cannot reach the Ray cluster at {address!r} (cluster.ray.address): "
+                           f"what answers there is not a Ray cluster ({code.name}: {detail})"
+                           ) from None
+    finally:
+        channel.close()
 
 
 def task_runner(cluster: ClusterConfig):

@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from eval.mas import read_records
 from mars_core.games.opponents import is_bot
+from mars_core.redact import redact, redact_text
 from mars_core.types import Episode
 
 _logger = logging.getLogger(__name__)
@@ -215,7 +216,9 @@ def _tracer():
 
 
 def _build(spec: TraceSpec, experiment_id: str, run_id: str | None):
-    """The MLflow TraceInfo and spans of one TraceSpec."""
+    """The MLflow TraceInfo and spans of one TraceSpec, secrets masked (`mars_core.redact`:
+    an endpoint's URL credentials in a model's name or an error)."""
+    spec = _redacted(spec)
     tracer = _tracer()
     root_otel = tracer.start_span(spec.root.name, start_time=spec.root.start_ns)
     trace_id = generate_trace_id_v3(root_otel)
@@ -244,6 +247,16 @@ def _build(spec: TraceSpec, experiment_id: str, run_id: str | None):
         request_preview=_preview(spec.root.inputs), response_preview=_preview(spec.root.outputs),
         trace_metadata=metadata, tags=dict(spec.tags), assessments=assessments)
     return info, spans
+
+
+def _redacted(spec: TraceSpec) -> TraceSpec:
+    def span(s: SpanSpec) -> SpanSpec:
+        return SpanSpec(s.name and redact_text(s.name), s.span_type, redact(s.inputs),
+                        redact(s.outputs), redact(s.attributes), s.start_ns, s.end_ns,
+                        redact_text(s.error))
+
+    return TraceSpec(span(spec.root), [span(t) for t in spec.turns], redact(spec.tags),
+                     spec.correct, redact_text(spec.rationale), redact(spec.extra_metadata))
 
 
 def _preview(value: Any, limit: int = 1000) -> str:

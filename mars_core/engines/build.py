@@ -17,16 +17,17 @@ from typing import Callable
 
 def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool = True,
                  backend: str = "hf", vllm: Callable[[str], object] | None = None,
-                 chat: bool = False):
+                 chat: bool = False, api_key: str | None = None):
     """The engine that samples from `model` (see the module docstring). `batch_size` is the
     in-process engine's batch (an endpoint gets 8 times as many concurrent requests), `bf16`
-    whether it samples under bf16 autocast."""
+    whether it samples under bf16 autocast, `api_key` the bearer key an endpoint gets."""
     if chat:
         from mars_core.engines.chat import HFChatEngine, OpenAIChatEngine, is_endpoint
 
         if is_endpoint(model):
             url, _, name = model.partition("#")
-            return OpenAIChatEngine(url, name or None, max_concurrency=max(batch_size * 8, 1))
+            return OpenAIChatEngine(url, name or None, api_key=api_key,
+                                    max_concurrency=max(batch_size * 8, 1))
         return HFChatEngine(build_engine(model, batch_size=batch_size, bf16=bf16))
     if backend == "vllm":
         if vllm is None:

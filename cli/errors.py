@@ -12,6 +12,7 @@ def one_line_errors() -> tuple[type[BaseException], ...]:
     from eval.benchmarks import BenchmarkError
     from mars_core.config import ConfigError
     from mars_core.engines.vllm_server import VLLMError
+    from mars_core.manifest import ManifestError
     from mars_core.models import ModelError
     from mars_core.stages import StageError
     from tasks.paths import RunDirError
@@ -20,7 +21,7 @@ def one_line_errors() -> tuple[type[BaseException], ...]:
     from tasks.tracking import TrackingError
 
     return (ConfigError, ModelError, RunDirError, RegistryError, StageError, TrackingError,
-            BenchmarkError, ClusterError, VLLMError, ServiceError)
+            BenchmarkError, ClusterError, VLLMError, ServiceError, ManifestError)
 
 
 def _prefect_api_url() -> str | None:
@@ -29,9 +30,10 @@ def _prefect_api_url() -> str | None:
     return PREFECT_API_URL.value() or None
 
 
-def check_prefect_api() -> None:
+def check_prefect_api() -> bool:
     """With a Prefect server configured (PREFECT_API_URL), refuse in one line when it does not
-    answer, before anything is written (without one, Prefect runs a temporary local server)."""
+    answer or refuses our credentials, before anything is written; True then, False without
+    one (Prefect then runs a temporary local server)."""
     import httpx
 
     from mars_core.config import ConfigError
@@ -39,13 +41,35 @@ def check_prefect_api() -> None:
 
     url = _prefect_api_url()
     if not url:
-        return
+        return False
+    base = url.rstrip("/")
     try:
-        httpx.get(url.rstrip("/") + "/health", timeout=10).raise_for_status()
+        httpx.get(base + "/health", timeout=10).raise_for_status()
+        refused = httpx.get(base + "/admin/version", headers=_prefect_auth_header(),
+                            timeout=10).status_code == 401
     except httpx.HTTPError as e:
         raise ConfigError(f"the Prefect API at {redact_text(url)} does not answer ({type(e).__name__}"
-                          "): start it (`make prefect-ui`) or unset PREFECT_API_URL to run with a "
+                          "): start it (`mars services`) or unset PREFECT_API_URL to run with a "
                           "temporary local server") from None
+    if refused:
+        raise ConfigError(f"the Prefect API at {redact_text(url)} refused our credentials (401): "
+                          "export PREFECT_API_AUTH_STRING as `mars services` prints it")
+    return True
+
+
+def _prefect_auth_header() -> dict:
+    """What Prefect's own client sends: the auth string (basic), else the API key (bearer)."""
+    import base64
+
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api
+    if api.auth_string is not None and api.auth_string.get_secret_value():
+        token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+    if api.key is not None and api.key.get_secret_value():
+        return {"Authorization": f"Bearer {api.key.get_secret_value()}"}
+    return {}
 
 
 def prefect_outage(e: BaseException) -> str | None:

@@ -18,12 +18,14 @@
     mars replay RUN [--episode ID] [--iteration K] [--out FILE] [--tracking-uri URI]
         (one episode as an HTML page; RUN: a run/iteration/episodes folder or runs:/ID/PATH)
     mars services [--host H] [--prefect-port 4200] [--mlflow-port 5000] [--runs-dir runs]
+        [--mlflow-auth]
         (the Prefect and MLflow servers in the foreground until Ctrl-C; the work pool)
 
 Running the same `train` command again (same run name) resumes the run where it stopped.
 Everything that can be refused (bad config, unknown game or opponent, an opponent that does
 not fit a game, a missing model) is refused in one line before a flow starts, and refusing
-writes nothing (the flows create the run folders).
+writes nothing (the flows create the run folders). SIGTERM and SIGHUP stop a command as
+Ctrl-C does (cli/signals.py): exit code 130, nothing left running.
 
 The subcommands are one table (`cli/commands.py`), one module each (`cli/train.py`, ...);
 shared checks in `cli/checks.py`, what is reported as one line in `cli/errors.py`.
@@ -32,25 +34,28 @@ from __future__ import annotations
 
 import sys
 
+from cli import signals
 from cli.commands import COMMANDS, parser
 from cli.errors import check_prefect_api, one_line_errors, prefect_outage
 from mars_core import offline
 
 
 def main(argv: list[str] | None = None) -> int:
+    signals.handle_like_ctrl_c()  # SIGTERM, SIGHUP: as Ctrl-C
     # Offline unless told otherwise; `hf://` (benchmarks from their publishers) asks for the hub.
     offline.apply(hub=any("hf://" in a for a in (sys.argv[1:] if argv is None else argv)))
     args = parser().parse_args(argv)
     command = COMMANDS[args.command]
     errors = one_line_errors()
     try:
-        if command.prefect:
-            check_prefect_api()
+        temporary = command.prefect and not check_prefect_api()
         command.module.check(args)
+        if temporary:  # no Prefect server configured: Prefect's temporary one
+            signals.start_temporary_server()
         result = command.module.run(args)
     except KeyboardInterrupt:
         hint = "; run the same command again to resume" if command.resumable else ""
-        print(f"mars: interrupted{hint}", file=sys.stderr)
+        _say(f"mars: interrupted{hint}", sys.stderr)
         return 130
     except errors as e:
         print(f"mars: error: {e}", file=sys.stderr)
@@ -61,8 +66,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mars: error: {lost}", file=sys.stderr)
         return 2
-    print(command.module.done(args, result))
+    _say(command.module.done(args, result))
     return 0
+
+
+def _say(line: str, stream=None) -> None:
+    """A closing line; a terminal that was closed (SIGHUP) cannot take it, which is no error."""
+    try:
+        print(line, file=stream or sys.stdout, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

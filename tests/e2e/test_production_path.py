@@ -1,8 +1,9 @@
-"""The production path, end to end on the embedded model (CPU): a real `prefect server start`,
-the work pool, `prefect deploy --all` from prefect.yaml, a worker, and a run of the smoke
-deployment started through the API the way the UI's Run button does (parameters edited:
-`runs_dir`). The run tracks to a real `mlflow server` over HTTP; the registered model is then
-served by `mlflow models serve` and answers a chat request.
+"""The production path, end to end on the embedded model (CPU): a real Prefect server as
+`mars services` runs it (its API auth string exported to the CLI and the worker), the work
+pool, `prefect deploy --all` from prefect.yaml, a worker, and a run of the smoke deployment
+started through the API the way the UI's Run button does (parameters edited: `runs_dir`).
+The run tracks to a real `mlflow server` over HTTP; the registered model is then served by
+`mlflow models serve` and answers a chat request.
 
 One smoke run for the whole module (the servers, the deployments and the run are module
 fixtures); each test checks one side of it."""
@@ -45,9 +46,13 @@ ARTIFACTS = {"smoke-iterations": "progress", "smoke-evaluation": "table",
 
 
 def _client(api: str):
+    """Prefect's client of the server at `api`, with the auth string it asks for."""
     from prefect.client.orchestration import PrefectClient
 
-    return PrefectClient(api)
+    return PrefectClient(api, auth_string=AUTH[api])
+
+
+AUTH: dict[str, str] = {}  # the auth string of each server's API (filled by `servers`)
 
 
 def _call(api: str, fn):
@@ -73,6 +78,7 @@ def root(tmp_path_factory) -> Path:
 def servers(root):
     """The Prefect server (with its UI, as users run it) and the MLflow tracking server."""
     prefect, mlflow = prefect_in(root / "prefect", ui=True), mlflow_in(root / "mlflow")
+    AUTH[prefect.api_url] = prefect.auth
     started(prefect, mlflow)
     try:
         yield prefect, mlflow
@@ -83,9 +89,10 @@ def servers(root):
 
 @pytest.fixture(scope="module")
 def cli_env(servers) -> dict:
-    """What a user's shell has after `mars services`: the two URLs exported, in the repo."""
+    """What a user's shell has after `mars services`: the lines it prints exported (the URLs,
+    the auth string), in the repo."""
     prefect, mlflow = servers
-    return {**os.environ, "PREFECT_API_URL": prefect.api_url, "MLFLOW_TRACKING_URI": mlflow.url,
+    return {**os.environ, **prefect.client_env(), "MLFLOW_TRACKING_URI": mlflow.url,
             "PREFECT_HOME": str(prefect.env["PREFECT_HOME"]), "PWD": str(REPO)}
 
 
@@ -107,7 +114,7 @@ def smoke_run(root, servers, deployed, embedded_dir):
     (parameters edited: runs_dir in a temporary folder), waited for until it ends."""
     prefect, mlflow = servers
     runs = root / "runs"
-    env = {**os.environ, "PREFECT_API_URL": prefect.api_url, "MLFLOW_TRACKING_URI": mlflow.url,
+    env = {**os.environ, **prefect.client_env(), "MLFLOW_TRACKING_URI": mlflow.url,
            "PREFECT_HOME": str(prefect.env["PREFECT_HOME"]),
            "MARS_CACHE_DIR": str(embedded_dir.parent)}
     work = worker(root / "worker.log", env, cwd=root)  # the pull step moves runs to the repo
@@ -185,6 +192,8 @@ def test_deploy_all_creates_every_deployment_of_prefect_yaml(deployed):
 def test_the_prefect_ui_is_served(servers):
     got = httpx.get(servers[0].url + "/", timeout=60)  # where users press Run
     assert got.status_code == 200 and "<html" in got.text.lower()
+    ui = httpx.get(servers[0].url + "/ui-settings", timeout=60).json()  # it asks for the string
+    assert ui["auth"] == "BASIC" and ui["csrf_enabled"] is True
 
 
 def test_smoke_deployment_run_completes_in_its_runs_dir(smoke_run, servers):

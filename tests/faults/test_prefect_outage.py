@@ -36,7 +36,8 @@ def test_lost_mid_run_then_resumed(tmp_path, tiny_model_dir, reference_run):
         started(server)
         runs, flag = tmp_path / "runs", tmp_path / "flag"
         args = train_args(runs, "lost", tiny_model_dir)
-        env = run_env(api, PREFECT_HOME=home, MARS_FAULT_WAIT=f"start:{BUILD_BATCH}:0",
+        env = run_env(api, PREFECT_HOME=home, PREFECT_API_AUTH_STRING=server.auth,
+                      MARS_FAULT_WAIT=f"start:{BUILD_BATCH}:0",
                       MARS_FAULT_WAIT_FILE=str(flag), PREFECT_CLIENT_MAX_RETRIES="1")
         proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)

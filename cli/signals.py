@@ -1,0 +1,94 @@
+"""SIGTERM and SIGHUP (a `kill`, a closed terminal, a stopping service manager) handled like
+Ctrl-C by every `mars` command: they raise KeyboardInterrupt in the main thread, so a flow
+ends the way an interrupted one does (Prefect marks its run Crashed, the run folder is
+unlocked, a resumable command says so) and the process exits normally, running its exit
+handlers (Prefect's temporary server is stopped by one).
+
+Prefect's temporary server (the one a `mars` command starts without PREFECT_API_URL) is started
+here, by the main thread, in a session of its own: a signal sent to the command's whole process
+group (a closed terminal, `kill -- -PGID`, Ctrl-C) then reaches the command only, and the server
+stays up until the command has reported its flow run's end, then goes with the command's exit
+(Prefect's exit handler stops it). (In the command's group it died first, and the command spent
+minutes retrying a gone API.) It also gets SIGTERM when the command is gone without stopping it
+(kill -9): Linux's parent-death signal, which follows the thread that started it, the main one.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import threading
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _as_ctrl_c(signum, frame):
+    raise KeyboardInterrupt
+
+
+def handle_like_ctrl_c() -> None:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in this process from now on (SIGINT does by
+    default), exit handlers included. One the process was started ignoring stays ignored
+    (`nohup mars ...` outlives its terminal); a no-op outside the main thread (no signals
+    there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _as_ctrl_c)
+
+
+@contextlib.contextmanager
+def deferred():
+    """No interrupt while the block runs (stopping servers: a second Ctrl-C or a SIGHUP after
+    the first must not leave them half-stopped); handlers restored after it."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _prctl():
+    """Linux's prctl(2), looked up before a fork (the child only calls it); None elsewhere."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with(prctl, parent: int) -> None:
+    """In the server's process before exec: SIGTERM when `parent` (its thread) is gone."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # gone before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _OwnSession:
+    """`subprocess` as Prefect's server module sees it, except that Popen starts a new session,
+    with the parent-death signal when the main thread starts it."""
+
+    def __getattr__(self, name):
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args, **kwargs):  # noqa: N802 (subprocess's name)
+        kwargs.setdefault("start_new_session", True)
+        prctl = _prctl()
+        if prctl is not None and threading.current_thread() is threading.main_thread():
+            kwargs.setdefault("preexec_fn", functools.partial(_die_with, prctl, os.getpid()))
+        return subprocess.Popen(*args, **kwargs)
+
+
+def start_temporary_server() -> None:
+    """Prefect's temporary server for this process's flows, started now (by the main thread:
+    Prefect would start it on first use, from whichever thread) in a session of its own."""
+    from prefect.server.api import server
+
+    server.subprocess = _OwnSession()
+    server.SubprocessASGIServer().start()

@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui services clean
+.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -84,11 +84,11 @@ learn: setup
 bench-gpu: setup
 	$(PY) bench/gpu_bench.py
 
-# The Prefect server (UI at :4200) and the MLflow tracking server (UI at :5000, on the runs/
-# store) together, and the work pool; prints the lines to export for deployments and a worker.
-# Foreground: Ctrl-C stops both.
+# The Prefect server (UI at :4200, asks for the API auth string) and the MLflow tracking server
+# (UI at :5000, on the runs/ store; MLFLOW_AUTH=1: with its login) together, and the work pool;
+# prints the lines to export for deployments and a worker. Foreground: Ctrl-C stops both.
 services: setup
-	$(VENV)/bin/mars services --runs-dir runs
+	$(VENV)/bin/mars services --runs-dir runs $(if $(MLFLOW_AUTH),--mlflow-auth)
 
 prefect-ui: setup
 	$(VENV)/bin/prefect server start
@@ -96,5 +96,19 @@ prefect-ui: setup
 mlflow-ui: setup
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/runs/mlflow.db --port 5000
 
+# Run folders go only once listed and confirmed (CONFIRM=1); the model registry beside them
+# (runs/mlflow.db, runs/mlartifacts) is never part of it: `make clean-registry CONFIRM=1`.
+RUNS ?= runs
 clean:
-	rm -rf runs
+	@test -d $(RUNS) || { echo "nothing to delete: no $(RUNS)/"; exit 0; }; \
+	found=$$(find $(RUNS) -mindepth 1 -maxdepth 1 ! -name 'mlflow.db*' ! -name mlartifacts); \
+	if [ -z "$$found" ]; then echo "nothing to delete in $(RUNS)/ (the registry stays)"; exit 0; fi; \
+	echo "make clean deletes these run folders (the registry, $(RUNS)/mlflow.db and $(RUNS)/mlartifacts, stays):"; \
+	find $(RUNS) -mindepth 1 -maxdepth 1 ! -name 'mlflow.db*' ! -name mlartifacts | sort | sed 's/^/  /'; \
+	if [ "$(CONFIRM)" != 1 ]; then echo "nothing deleted: run 'make clean CONFIRM=1' to delete them"; exit 1; fi; \
+	find $(RUNS) -mindepth 1 -maxdepth 1 ! -name 'mlflow.db*' ! -name mlartifacts -exec rm -rf -- {} +
+
+clean-registry:
+	@echo "make clean-registry deletes the model registry: $(RUNS)/mlflow.db* and $(RUNS)/mlartifacts (every registered version)"; \
+	if [ "$(CONFIRM)" != 1 ]; then echo "nothing deleted: run 'make clean-registry CONFIRM=1' to delete it"; exit 1; fi; \
+	rm -rf -- $(RUNS)/mlflow.db $(RUNS)/mlflow.db-* $(RUNS)/mlartifacts

@@ -60,7 +60,7 @@ def check(args: argparse.Namespace) -> None:
         raise ConfigError(str(e).splitlines()[0]) from None
     for label, spec in p["agents"].items():
         if not is_bot(spec):
-            check_model_spec(spec, f"agent {label!r}", endpoint_ok=False)
+            check_model_spec(spec, f"agent {label!r}", endpoint_ok=False, args=args)
 
 
 def run(args: argparse.Namespace) -> dict:

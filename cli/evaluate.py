@@ -83,7 +83,7 @@ def check(args: argparse.Namespace) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not is_bot(args.policy):
-        check_model_spec(args.policy, "--policy", endpoint_ok=False)
+        check_model_spec(args.policy, "--policy", endpoint_ok=False, args=args)
     check_out(args.out)
     check_cluster(cfg.cluster)
 
@@ -104,9 +104,9 @@ def _check_benchmarks(args: argparse.Namespace) -> None:
         raise ConfigError(str(e)) from None
     if args.gpqa_path and not args.gpqa_path.startswith("hf://") and not Path(args.gpqa_path).is_file():
         raise ConfigError(f"--gpqa-path: no such file: {args.gpqa_path}")
-    check_model_spec(args.model, "--model")
+    check_model_spec(args.model, "--model", args=args)
     if getattr(args, "baseline", None):
-        check_model_spec(args.baseline, "--baseline")
+        check_model_spec(args.baseline, "--baseline", args=args)
     for flag in ("--api-key-env", "--baseline-api-key-env"):
         _check_key_env(getattr(args, flag[2:].replace("-", "_"), None), flag)
     check_out(args.out)

@@ -24,6 +24,7 @@ from mars_core.strength import per_game_normalized, radar_chart
 from mars_core.engines.chat import is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
 from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
+from tasks.registry import version_of
 from tasks.strategic import evaluate_suite, resolve_policy
 from tasks.tracking import log_strategic
 
@@ -45,6 +46,9 @@ def strategic_eval_flow(policy: str = "embedded",
     overrides, tracking_uri = p["overrides"], p["tracking_uri"]
     cfg = load_strategic_config(preset, games, opponents, n, seed, overrides)
     model = resolve_policy(policy, tracking_uri, runs_dir)
+    if version_of(model):
+        print(f"{policy} is {version_of(model)['policy_model']} version "
+              f"{version_of(model)['policy_version']}")
     result = evaluate_suite(cfg, policy, model)
     records = result["records"]
     out_path = Path(out)
@@ -59,7 +63,8 @@ def strategic_eval_flow(policy: str = "embedded",
           f"{result['generated_tokens']} tokens generated")
     run_id = None
     if tracking_uri:
-        params = {"policy": policy, "preset": preset or "mars (built in)", **cfg_params(cfg)}
+        params = {"policy": policy, **version_of(model),  # the version an alias resolved to
+                  "preset": preset or "mars (built in)", **cfg_params(cfg)}
         run_id = log_strategic(tracking_uri, experiment, policy, params, records, files)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
     publish_table(f"strategic-{policy}", records, f"strategic evaluation of {policy} "

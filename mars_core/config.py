@@ -6,10 +6,10 @@ Presets live in `configs/*.yaml`; `load_config(path, overrides)` reads one and a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from mars_core.config_base import ConfigError, _Section  # noqa: F401  (re-exported)
 from mars_core.config_cluster import ClusterConfig
@@ -26,6 +26,14 @@ from mars_core.redact import redact
 from mars_core.vocab import POLICY
 
 
+
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads `on`/`off` (unquoted, in a preset file) as booleans: back to the words."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+OnOffAuto = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
+
 class RunConfig(_Section):
     seed: int = 0
     iterations: int = Field(2, ge=1)
@@ -33,7 +41,7 @@ class RunConfig(_Section):
 
 class ModelConfig(_Section):
     path: str = "embedded"  # "embedded", a local model folder, or a hub id
-    bf16: Literal["auto", "on", "off"] = "auto"  # bf16 autocast (auto: a GPU, or a CPU with AMX)
+    bf16: OnOffAuto = "auto"  # bf16 autocast (auto: a GPU, or a CPU with AMX)
     max_context_tokens: int = Field(2048, ge=64)
     # a prompt prefix many rows of a batch share (a game's rules) goes through the model once,
     # in sampling and in the update (mars_core.prefix); false: every row in full
@@ -155,6 +163,11 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+# YAML 1.1 reads these as booleans; kept as words, a string field (`bf16: on|off|auto`) gets
+# them as typed and a bool field still parses them (pydantic takes on/off/yes/no)
+_YAML11_WORDS = ("on", "off", "yes", "no", "y", "n")
+
+
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict:
     tree: dict = {}
     for item in items:
@@ -165,6 +178,8 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict:
             value = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, bool) and raw.strip().lower() in _YAML11_WORDS:
+            value = raw.strip()  # `model.bf16=off` means "off"; a bool field still reads it
         _set(tree, key.strip(), value)
     return tree
 
@@ -235,7 +250,7 @@ class StrategicConfig(_Section):
     suite: dict[str, tuple[str, ...]]  # game -> opponents
     play: PlayConfig = PlayConfig()
     max_context_tokens: int = Field(2048, ge=64)
-    bf16: Literal["auto", "on", "off"] = "auto"
+    bf16: OnOffAuto = "auto"
     cluster: ClusterConfig = ClusterConfig()  # games split into shards (by game)
 
     @model_validator(mode="after")

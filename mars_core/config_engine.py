@@ -72,6 +72,9 @@ class VLLMLaunch(_Section):
                 raise ValueError(f"{flag} is set by the pipeline (host and port: "
                                  "engine.vllm.launch.host/port; the API key and, on Ray, the "
                                  "TLS certificate: new each start)")
+            if flag == "--config":  # vLLM reads more flags (the API key, the host) from that file
+                raise ValueError(f"{flag}: a vLLM config file could set the flags the pipeline "
+                                 "owns or a secret; give each flag in extra_args instead")
             if flag.startswith("-") and is_secret_name(flag):
                 raise ValueError(f"{flag}: a secret on the server's command line shows in `ps` "
                                  "and in its log; put it in engine.vllm.launch.env instead (e.g. "

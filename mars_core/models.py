@@ -65,23 +65,90 @@ def resolve_model(spec: str, cache_dir: Path | None = None) -> Path | str:
     - `"embedded"`: the converted SmolLM2 folder (converted on first use, then reused);
     - a local path (exists, or starts with "." "/" "~", or has a "/" but is no `org/name`):
       must be a folder holding config.json; returned as a `Path`;
-    - `org/name` that is not an existing path: a Hugging Face hub id, returned unchanged.
+    - `org/name` that is not an existing path: a Hugging Face hub id, returned unchanged, but
+      only when the hub has it (in the local hub cache, or the hub is online and answers):
+      `ckpts/iter5` is as much a missing folder as a hub id, and is refused as the former.
     Anything else raises `ModelError`, so a typo fails at the start of a run, not in a worker.
     """
     if spec == "embedded":
         return _embedded_folder(Path(cache_dir) if cache_dir else default_cache_dir())
     path = Path(spec).expanduser()
     looks_local = path.exists() or spec.startswith((".", "/", "~"))
-    if not looks_local and _HUB_ID.match(spec):
+    if not looks_local and _HUB_ID.match(spec) and _on_hub(spec):
         return spec
     if not looks_local and "/" not in spec:
         raise ModelError(f"unknown model spec (not 'embedded', a folder or an org/name hub id): "
                          f"{spec}")
     if not path.exists():
-        raise ModelError(f"model path does not exist: {spec}")
+        hub = (" (nor a hub model here: not in the hub cache, and the hub is offline "
+               "(HF_HUB_OFFLINE) or does not have it)") if _HUB_ID.match(spec) else ""
+        raise ModelError(f"model path does not exist: {spec}{hub}")
     if not (path / "config.json").is_file():
         raise ModelError(f"model path is not a model folder (no config.json): {spec}")
     return path
+
+
+def _on_hub(spec: str) -> bool:
+    """Whether `org/name` is a model the hub can give us: in the local hub cache, or (hub not
+    offline) the hub answers that it has it. No answer, or offline and not cached: False."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+        return True
+    if os.environ.get("HF_HUB_OFFLINE", os.environ.get("TRANSFORMERS_OFFLINE", "")).upper() in (
+            "1", "ON", "YES", "TRUE"):
+        return False
+    from huggingface_hub import HfApi
+
+    try:
+        HfApi().model_info(spec, timeout=10)
+    except Exception:  # not there, gated, or no answer: not a hub id we can use
+        return False
+    return True
+
+
+def check_model_folder(path: Path | str) -> None:
+    """Read (not load) a model folder as the loader will: it matches its manifest when it has
+    one (`mars_core.manifest`), config.json is a JSON object, and every safetensors file has a
+    whole header and the data it announces. A corrupt or truncated checkpoint is a ModelError
+    now, not a traceback from deep inside a worker. A hub id (a string) is not checked."""
+    from mars_core.manifest import ManifestError, verify_folder
+
+    path = Path(path)
+    if not path.is_dir():
+        return
+    try:
+        verify_folder(path)
+    except ManifestError as e:
+        raise ModelError(str(e)) from None
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"corrupt model folder {path}: config.json is not readable JSON "
+                         f"({type(e).__name__})") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"corrupt model folder {path}: config.json is not a JSON object")
+    for weights in sorted(path.glob("*.safetensors")):
+        _check_safetensors(weights)
+
+
+def _check_safetensors(f: Path) -> None:
+    """An 8-byte header length, the JSON header, then at least the bytes it announces."""
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if size < 8 or n > size - 8:
+                raise ValueError("truncated header")
+            header = json.loads(fh.read(n))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"),
+                  default=0)
+    except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
+        raise ModelError(f"corrupt checkpoint file {f}: not a readable safetensors file "
+                         f"({str(e).splitlines()[0][:80] or type(e).__name__})") from None
+    if 8 + n + end > size:
+        raise ModelError(f"corrupt checkpoint file {f}: truncated ({size} bytes, its header "
+                         f"announces {8 + n + end})")
 
 
 def resolve_spec(spec: str, registry: Callable[[str], Path | str] | None = None,
@@ -163,11 +230,16 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def load_model(path: Path | str, dtype=None):
-    """A causal LM in eval mode, float32 by default (exact log-probs for the trainer)."""
+    """A causal LM in eval mode, float32 by default (exact log-probs for the trainer). A folder
+    that has a manifest is checked against it first (ManifestError on a changed file)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from mars_core.manifest import verify_folder
+
     local = Path(path).is_dir()
+    if local:  # a folder with a manifest (registry downloads, ...) loads only as written
+        verify_folder(Path(path))
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=dtype or torch.float32, local_files_only=local)
     return model.eval()

@@ -23,7 +23,7 @@ from pathlib import Path
 from mars_core.config import Config, ConfigError, config_diff, dump_config, load_config
 from mars_core.layout import CONFIG_FILE, LOCK_FILE, PRIVATE_CONFIG_FILE, RUN_KEY_FILE
 from mars_core.stages import read_json, write_json
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # whole name: use fullmatch
 
 
 class RunDirError(Exception):
@@ -33,7 +33,7 @@ class RunDirError(Exception):
 def check_run_name(name: str, what: str = "--run-name") -> str:
     """`name` when it is a plain folder name (letters, digits, `.`, `_`, `-`, starting with a
     letter or digit), else a RunDirError: `../x`, `a/b` or `~x` never leave the runs folder."""
-    if not isinstance(name, str) or not RUN_NAME.match(name):
+    if not isinstance(name, str) or not RUN_NAME.fullmatch(name):  # `$` would take "demo\n"
         raise RunDirError(f"{what} {name!r}: use letters, digits, '.', '_' and '-' only (starting "
                           "with a letter or digit, at most 200 characters)")
     return name

@@ -14,11 +14,13 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from mlflow import MlflowClient
 
 from mars_core.layout import REGISTERED_FILE
+from mars_core.manifest import MANIFEST, ManifestError, verify_manifest, write_manifest
 from mars_core.models import default_cache_dir, resolve_spec
 from mars_core.redact import redact_text
 from mars_core.stages import fault_point, read_json, write_json
@@ -111,41 +113,127 @@ def local_model(spec: str, tracking: str | None, runs_dir: str | Path) -> str | 
         uri, tracking or tracking_uri(Path(runs_dir)), default_cache_dir()))
 
 
-@retrying
-def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
-    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local Hugging Face model folder,
-    downloaded once (through MLflow's registry resolution) into
-    `cache_dir/registry/NAME/vN-<key>`. The key hashes the tracking store, the version's run and
-    its source: versions restart at 1 in every new store, so `NAME/v1` alone would serve the
-    weights of another store (or of a run since deleted)."""
-    import mlflow.artifacts
+def _store_missing(tracking: str) -> str | None:
+    """The local file or folder a tracking URI names when it is not there (None: it is, or the
+    store is a server): reading it through MLflow would create it."""
+    if tracking.startswith("sqlite:///"):
+        where = Path(tracking.removeprefix("sqlite:///").split("?")[0])
+    elif tracking.startswith("file:") or "://" not in tracking:
+        where = Path(tracking.removeprefix("file://").removeprefix("file:"))
+    else:
+        return None
+    return None if where.exists() else str(where)
+
+
+def registered_version(uri: str, tracking: str):
+    """The model version `uri` names, read only: a local store that does not exist is refused
+    as it is (reading it through MLflow would create an empty `mlflow.db`)."""
     from mlflow.exceptions import MlflowException
 
     m = MODEL_URI.match(uri)
     if not m:
         raise RegistryError(f"bad model URI {uri!r}: use models:/NAME@ALIAS or models:/NAME/VERSION")
+    missing = _store_missing(tracking)
+    if missing:
+        raise RegistryError(f"{uri}: no model registry at {missing} (nothing was registered "
+                            "there: give --tracking-uri or --runs-dir of the store that has it)")
     client = MlflowClient(tracking_uri=tracking)
     try:
-        mv = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
-              else client.get_model_version(m["name"], m["version"]))
+        return (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
+                else client.get_model_version(m["name"], m["version"]))
     except MlflowException as e:
-        raise RegistryError(f"{uri} not found in {tracking}: {str(e).splitlines()[0]}") from None
+        first = (str(e).strip().splitlines() or [e.error_code])[0][:200]
+        raise RegistryError(f"{uri} not found in {redact_text(tracking)}: "
+                            f"{redact_text(first)}") from None
+
+
+def check_registered(uri: str, tracking: str | None, runs_dir: str | Path) -> int:
+    """The version a `models:/` URI resolves to now, before anything is written (the CLI's
+    checks: an alias that is not set is one line, not a failed flow)."""
+    return int(registered_version(uri, tracking or tracking_uri(Path(runs_dir))).version)
+
+
+def version_of(folder: str | Path | None) -> dict[str, str]:
+    """For a folder from `download_registered`: the registered name and version it holds (what
+    a run logs beside the `models:/NAME@ALIAS` it was given); {} for any other folder."""
+    if folder is None:
+        return {}
+    for part in (Path(folder), Path(folder).parent):
+        v = re.fullmatch(r"v(\d+)-[0-9a-f]{16}", part.name)
+        if v and part.parent.parent.name == "registry":
+            return {"policy_model": part.parent.name, "policy_version": v[1]}
+    return {}
+
+
+@retrying
+def download_registered(uri: str, tracking: str, cache_dir: Path) -> Path:
+    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> a local Hugging Face model folder,
+    downloaded once (through MLflow's registry resolution) into
+    `cache_dir/registry/NAME/vN-<key>` with a manifest of its files' hashes, checked on every
+    use. The key hashes the tracking store, the version's run and
+    its source: versions restart at 1 in every new store, so `NAME/v1` alone would serve the
+    weights of another store (or of a run since deleted)."""
+    import mlflow.artifacts
+
+    mv = registered_version(uri, tracking)
+    name = MODEL_URI.match(uri)["name"]
     ident = "\n".join((tracking, mv.run_id or "", mv.source or "", str(mv.creation_timestamp)))
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
-    target = Path(cache_dir) / "registry" / m["name"] / f"v{mv.version}-{key}"
+    target = Path(cache_dir) / "registry" / name / f"v{mv.version}-{key}"
+    if target.is_dir() and not (target / MANIFEST).is_file():
+        _set_aside(target)  # from before manifests (or an old `.partial` rename): not trusted
     if not target.is_dir():
-        tmp = target.with_name(target.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        # MLflow's `models:/` resolution (its ModelsArtifactRepository reads the global
-        # registry URI, not ours): the version's download location, then its artifacts.
-        where = client.get_model_version_download_uri(m["name"], mv.version)
-        got = Path(mlflow.artifacts.download_artifacts(artifact_uri=where, dst_path=str(tmp),
-                                                       tracking_uri=tracking))
-        _plain_folder(got)
-        os.rename(got, target)  # the folder appears whole or not at all
-        shutil.rmtree(tmp, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _drop_stale(target)
+        # a folder of our own (two downloads at once never share one), hashed, then renamed
+        # into place whole; a download that loses the race drops its copy and uses the winner's
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            # MLflow's `models:/` resolution (its ModelsArtifactRepository reads the global
+            # registry URI, not ours): the version's download location, then its artifacts.
+            where = MlflowClient(tracking_uri=tracking).get_model_version_download_uri(
+                name, mv.version)
+            got = Path(mlflow.artifacts.download_artifacts(
+                artifact_uri=where, dst_path=str(tmp), tracking_uri=tracking))
+            _plain_folder(got)
+            write_manifest(got)
+            try:
+                os.rename(got, target)
+            except OSError:
+                if not (target / MANIFEST).is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        verify_manifest(target)  # on every hit: a cached file changed since is refused
+    except ManifestError as e:
+        raise RegistryError(f"cached {uri} (version {mv.version}): {e}; delete {target} to "
+                            "download it again") from None
     return _hf_folder(target)
+
+
+def _drop_stale(target: Path) -> None:
+    """Leftovers of killed downloads: temporary folders older than an hour (a younger one may
+    be another process's live download) and the old fixed `.partial` folder."""
+    import time
+
+    for old in [*target.parent.glob(f".{target.name}.tmp-*"),
+                *target.parent.glob(f"{target.name}.partial")]:
+        try:
+            if old.name.endswith(".partial") or time.time() - old.stat().st_mtime > 3600:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _set_aside(target: Path) -> None:
+    """Move a cache folder out of the way (one rename, so no reader sees it half deleted)."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    try:
+        os.rename(target, aside / "x")
+    except OSError:
+        pass  # gone already, or replaced by another process
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _plain_folder(root: Path) -> None:

@@ -50,11 +50,27 @@ def test_folder_without_config_is_a_model_error(tmp_path):
         resolve_model(str(tmp_path))
 
 
-def test_local_folder_and_hub_id(tmp_path):
+def _hub_cache(tmp_path, monkeypatch, repo_id: str) -> None:
+    """A hub cache (HF_HUB_CACHE's layout) holding `repo_id`'s config.json."""
+    import huggingface_hub.constants
+
+    repo = tmp_path / "hub" / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def test_local_folder_and_hub_id(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text("{}")
     assert resolve_model(str(tmp_path)) == tmp_path
+    _hub_cache(tmp_path, monkeypatch, "HuggingFaceTB/SmolLM2-135M-Instruct")
     assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == \
-        "HuggingFaceTB/SmolLM2-135M-Instruct"
+        "HuggingFaceTB/SmolLM2-135M-Instruct"  # the hub cache has it (offline)
+    monkeypatch.chdir(tmp_path)  # offline and not cached: a missing folder, named as one
+    with pytest.raises(ModelError, match="model path does not exist: ckpts/iter5"):
+        resolve_model("ckpts/iter5")
     with pytest.raises(ModelError, match="unknown model spec"):
         resolve_model("not-a-model")
 
@@ -134,7 +150,7 @@ def test_converted_folder_loads_and_chats(embedded):
     assert out.finish_reason in ("stop", "length")
 
 
-def test_one_resolver_decides_what_a_spec_names(tmp_path):
+def test_one_resolver_decides_what_a_spec_names(tmp_path, monkeypatch):
     """Bots name no model; `models:/` goes to the registry callback (the tracking layer's
     download); anything else is `resolve_model`, as a string."""
     from mars_core.models import resolve_spec
@@ -146,6 +162,7 @@ def test_one_resolver_decides_what_a_spec_names(tmp_path):
     assert resolve_spec("models:/mars@candidate", registry) == str(tmp_path)
     assert asked == ["models:/mars@candidate"]
     assert resolve_spec(str(tmp_path), registry) == str(tmp_path)
+    _hub_cache(tmp_path, monkeypatch, "org/name")
     assert resolve_spec("org/name") == "org/name"
     with pytest.raises(ModelError, match="model path does not exist: models:/x@y"):
         resolve_spec("models:/x@y")  # no registry: what resolve_model says of it

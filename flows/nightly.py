@@ -154,8 +154,11 @@ def _arena_round(preset: str | None, local: dict[str, str], base_model: str | No
     agents += [f"{label}={path}" for label, path in local.items()]
     if base_model:
         agents.append(f"base={base_model}")
-    result = arena_flow(preset=preset, agents=agents, out=str(folder / "arena.json"),
-                        tracking_uri=store, experiment="mars-nightly", runs_dir=runs_dir)
+    from mars_core.private import withheld
+
+    with withheld(tracking_uri=store) as hidden:  # a store's password is no subflow parameter
+        result = arena_flow(preset=preset, agents=agents, out=str(folder / "arena.json"),
+                            experiment="mars-nightly", runs_dir=runs_dir, **hidden)
     top = result["leaderboard"][0]
     print(f"arena: {top['agent']} leads ({top['rating']:.2f}); "
           + ", ".join(f"{r['agent']} {r['rating']:.2f}" for r in result["leaderboard"][1:]))

@@ -1,10 +1,15 @@
 """vLLM replicas placed by Ray: with `cluster.ray.address` set, each of the
 `engine.vllm.launch.replicas` servers runs inside a Ray actor that asks for
 `launch.ray_gpus` GPUs and `launch.ray_cpus` CPUs, so Ray puts it on a node that has them.
-The server listens on that node's address (every route but /health wants its key: our
-middleware) and dies with its actor (our keeper watches the actor's process); the
-pipeline's `VLLMPool` routes between them. The model folder and the log folder must be on a
-filesystem every node sees.
+The server listens on that node's address, over TLS with a certificate made on the node for
+that start (`mars_core.engines.vllm_tls`; the pipeline pins it, it comes back through Ray with
+the URL), and every route but /health wants its key (our middleware), so its dev-mode routes,
+the in-place weight reload among them, are on: the key and the reload calls never cross the
+network in clear, and nobody without the key reaches them. It dies with its actor (our keeper
+watches the actor's process); the pipeline's `VLLMPool` routes between them. The model folder,
+the checkpoints and the log folder must be on a filesystem every node sees. The key reaches
+the actor through Ray itself, whose network must be private anyway (without its token
+authentication, Ray runs any code anyone who reaches it sends).
 """
 from __future__ import annotations
 
@@ -21,30 +26,43 @@ class _Replica:
                  cpu_kv_cache_bytes: int, startup_timeout_s: float):
         import ray
 
+        from mars_core.config_engine import is_loopback
         from mars_core.engines.vllm_server import VLLMServer, launch_command
+        from mars_core.engines.vllm_tls import self_signed
         from mars_core.procgroup import free_port
 
         host = ray.util.get_node_ip_address()
         self.node = ray.get_runtime_context().get_node_id()
-        self.server = VLLMServer(launch_command(**launch, host=host, port=free_port(host)),
-                                 env=env, startup_timeout_s=startup_timeout_s,
-                                 log_path=Path(log_path), api_key=api_key,
-                                 cpu_kv_cache_bytes=cpu_kv_cache_bytes)
+        tls = None if is_loopback(host) else self_signed(host)
+        try:
+            self.server = VLLMServer(
+                launch_command(**launch, host=host, port=free_port(host), tls=tls), env=env,
+                startup_timeout_s=startup_timeout_s, log_path=Path(log_path), api_key=api_key,
+                cpu_kv_cache_bytes=cpu_kv_cache_bytes, tls=tls)
+        except BaseException:
+            if tls is not None:
+                tls.remove()
+            raise
         self.url = self.server.start()
 
-    def where(self) -> tuple[str, str]:
-        return self.url, self.node
+    def where(self) -> tuple[str, str, str | None]:
+        """The server's URL, its node, and the certificate to pin (None: plain HTTP)."""
+        return self.url, self.node, self.server.cert_pem
 
     def stop(self) -> None:
         self.server.stop()
 
 
 class RemoteServer:
-    """The pipeline's handle of a server in a Ray actor: `stop` ends both. Whether it is gone
-    is not known from here (`gone` says None); a request it leaves unanswered says so."""
+    """The pipeline's handle of a server in a Ray actor: `stop` ends both; `verify` is the TLS
+    check of its certificate (what the client passes to httpx). Whether it is gone is not
+    known from here (`gone` says None); a request it leaves unanswered says so."""
 
-    def __init__(self, actor, url: str, node: str):
-        self.actor, self.url, self.node = actor, url, node
+    def __init__(self, actor, url: str, node: str, cert_pem: str | None = None):
+        from mars_core.engines.vllm_tls import pinned_context
+
+        self.actor, self.url, self.node, self.cert_pem = actor, url, node, cert_pem
+        self.verify = pinned_context(cert_pem) if cert_pem else True
 
     def gone(self, wait_s: float = 0) -> str | None:
         return None
@@ -79,8 +97,8 @@ def launch_on_ray(cfg: Config, path: str, log_dir: Path | None, keys: list[str]
     handles = []
     try:
         for actor in actors:
-            url, node = ray.get(actor.where.remote())
-            handles.append((url, RemoteServer(actor, url, node)))
+            url, node, cert_pem = ray.get(actor.where.remote())
+            handles.append((url, RemoteServer(actor, url, node, cert_pem)))
     except BaseException as e:
         for actor in actors:
             ray.kill(actor)

@@ -15,7 +15,9 @@ change:
   saved checkpoint in place without a restart (`/collective_rpc` -> our worker extension's
   `mars_reload_weights`, vLLM's `reload_weights` plus re-tying tied embeddings, see
   `vllm_ext/mars_vllm_ext.py`) and drops its prefix cache, whose KV entries belong to the old
-  weights. Both endpoints exist when the server runs with `VLLM_SERVER_DEV_MODE=1`.
+  weights. Both endpoints exist when the server runs with `VLLM_SERVER_DEV_MODE=1`;
+- a server we started on a network address (placed by Ray) speaks TLS with a certificate made
+  for that start: the client trusts that certificate only (`server.verify`, pinned).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ class VLLMEngine:
     """The `Engine` interface over a vLLM server (see the module docstring). Every request
     carries `api_key` (None: none) as a bearer token. With `server` (the process we started),
     a request that fails, or waits while that process is gone, fails at once with one line
-    saying the server died, instead of waiting for `timeout_s`."""
+    saying the server died, instead of waiting for `timeout_s`; its `verify` (the pinned
+    certificate of a server on TLS) checks every connection."""
 
     def __init__(self, url: str, tokenizer, *, max_concurrency: int = 256,
                  timeout_s: float = 600, served: str | Path | None = None,
@@ -48,6 +51,7 @@ class VLLMEngine:
         self.served = str(Path(served).resolve()) if served else None  # as far as we know
         self.server = server  # the process we started, if we did (`stop` ends it)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.verify = getattr(server, "verify", True)  # an ssl context pinning its certificate
         info = self._get("/v1/models")["data"][0]
         self.model_name = info["id"]
         self.max_positions = int(info.get("max_model_len") or (1 << 30))
@@ -100,7 +104,7 @@ class VLLMEngine:
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
         return httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
-                                 headers=self.headers)
+                                 headers=self.headers, verify=self.verify)
 
     async def complete(self, client: httpx.AsyncClient, i: int, prompt: list[int],
                        params: SamplingParams) -> Completion:
@@ -182,14 +186,15 @@ class VLLMEngine:
         return gone
 
     def _get(self, route: str) -> dict:
-        r = _call(httpx.get, self.url + route, headers=self.headers, timeout=30)
+        r = _call(httpx.get, self.url + route, headers=self.headers, verify=self.verify,
+                  timeout=30)
         if isinstance(r, httpx.HTTPError):
             raise self._error(f"cannot reach the vLLM server at {self.url}", r, self._gone(3))
         return _json(r, route)
 
     def _post(self, route: str, body: dict | None, what: str) -> None:
         r = _call(httpx.post, self.url + route, json=body, headers=self.headers,
-                  timeout=self.timeout_s)
+                  verify=self.verify, timeout=self.timeout_s)
         if isinstance(r, httpx.HTTPError):
             raise self._error(f"cannot {what} on the vLLM server at {self.url}", r, self._gone(3))
         if r.status_code == 404:

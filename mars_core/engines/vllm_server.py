@@ -7,11 +7,15 @@ running server by URL. `VLLMEngine` is the client behind the same `Engine` inter
 in-process sampler (`mars_core.engines.vllm_client`), so the game loop does not change.
 
 Safety of a server we start:
-- it listens on a loopback address only (`engine.vllm.launch.host`), because vLLM's own
-  `--api-key` check guards the `/v1`, `/v2`, `/inference` and `/cohere` routes only, not the
-  dev-mode ones (`/collective_rpc`, `/reset_prefix_cache`, `/sleep`, ...; vllm 0.32.0,
-  `entrypoints/serve/middleware/authenticate.py`); our middleware `mars_vllm_ext.RequireKey`
-  puts every route but `/health` behind the key;
+- vLLM's own `--api-key` check guards the `/v1`, `/v2`, `/inference` and `/cohere` routes
+  only, not the dev-mode ones (`/collective_rpc`, `/reset_prefix_cache`, `/sleep`, ...; vllm
+  0.32.0, `entrypoints/serve/middleware/authenticate.py`), which the weight reload needs; our
+  middleware `mars_vllm_ext.RequireKey` puts every route but `/health` behind the key;
+- it listens on a loopback address (`engine.vllm.launch.host`), or, placed by Ray
+  (`tasks/vllm_ray.py`), on its node's address: then only over TLS with a certificate made
+  for that start and pinned by the client (`vllm_tls`), and only with a key; dev mode (the
+  weight reload) is on for a loopback address or behind both, and a server on a network
+  address without them is refused;
 - each start gets a new random API key (`secrets`), given to the server as VLLM_API_KEY in its
   environment (never on its command line, where `ps` shows it, nor in a log or config); the
   client sends it as `Authorization: Bearer` on every request. A server given by URL gets the
@@ -35,6 +39,7 @@ import httpx
 
 from mars_core import offline
 from mars_core.config_engine import GiB, is_loopback
+from mars_core.engines.vllm_tls import SelfSigned, pinned_context
 from mars_core.procgroup import ProcessGroupError, start_group, stop_group
 
 
@@ -63,11 +68,13 @@ def cpu_kv_cache_gib(nbytes: int) -> int:
 def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1",
                    dtype: str = "auto", max_model_len: int | None = None,
                    gpu_memory_utilization: float = 0.5, seed: int = 0,
-                   enforce_eager: bool = False, extra_args: tuple[str, ...] = ()) -> list[str]:
+                   enforce_eager: bool = False, extra_args: tuple[str, ...] = (),
+                   tls: SelfSigned | None = None) -> list[str]:
     """The server's command line. `--generation-config vllm`: the model folder's sampling
     defaults never change what we ask for; `served-model-name policy`: requests do not depend
     on the folder currently loaded; `--middleware`: with VLLM_API_KEY set, every route but
-    /health wants the key. Never an API key: the command line is public (`ps`)."""
+    /health wants the key; `tls`: HTTPS with that key and certificate. Never an API key: the
+    command line is public (`ps`)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", "policy", "--host", host, "--port", str(port),
            "--dtype", dtype, "--gpu-memory-utilization", str(gpu_memory_utilization),
@@ -78,6 +85,8 @@ def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1
         cmd += ["--max-model-len", str(max_model_len)]
     if enforce_eager:
         cmd.append("--enforce-eager")
+    if tls is not None:
+        cmd += ["--ssl-keyfile", str(tls.keyfile), "--ssl-certfile", str(tls.certfile)]
     return cmd + list(extra_args)
 
 
@@ -89,12 +98,14 @@ class VLLMServer:
     by default `vllm_server.pid` beside `log_path`, where its output goes) with the hub
     offline, the CPU build's KV cache at `cpu_kv_cache_bytes`, the API key `api_key` (None:
     no key) in its environment, and `VLLM_SERVER_DEV_MODE=1` (the weight-reload and cache
-    endpoints) only when the host is a loopback address."""
+    endpoints). A host that is not a loopback address needs `tls` (the command's
+    certificate: `launch_command(..., tls=)`) and a key, else VLLMError; `tls`'s files are
+    removed once the server answers (it loaded them) or fails to start."""
 
     def __init__(self, command: list[str], *, env: dict[str, str] | None = None,
                  log_path: str | Path | None = None, startup_timeout_s: float = 900,
                  api_key: str | None = None, cpu_kv_cache_bytes: int = GiB,
-                 pid_file: str | Path | None = None):
+                 pid_file: str | Path | None = None, tls: SelfSigned | None = None):
         python = command[0]
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise VLLMError(f"no vLLM environment at {python!r} (engine.vllm.launch.python): build "
@@ -103,16 +114,25 @@ class VLLMServer:
         self.command = command
         self.host = command[command.index("--host") + 1]
         self.port = int(command[command.index("--port") + 1])
-        self.url = f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{self.port}"
-        self.dev_mode = is_loopback(self.host)
+        if not is_loopback(self.host) and not (tls and api_key):
+            raise VLLMError(f"a vLLM server on the network address {self.host} needs TLS and an "
+                            "API key (its weight-reload endpoints run code in the server)")
+        if tls is not None and str(tls.certfile) not in command:
+            raise VLLMError("the vLLM server's certificate is not on its command line "
+                            "(launch_command(..., tls=))")
+        self.tls = tls
+        where = self.host if ":" not in self.host else f"[{self.host}]"
+        self.url = f"{'https' if tls else 'http'}://{where}:{self.port}"
+        self.dev_mode = True  # loopback, or behind TLS and the key
         path = os.pathsep.join(p for p in (str(EXTENSION_DIR), os.environ.get("PYTHONPATH")) if p)
         self.env = {**os.environ, **offline.ENV, "PYTHONPATH": path, **(env or {}),
-                    "VLLM_SERVER_DEV_MODE": "1" if self.dev_mode else "0",
+                    "VLLM_SERVER_DEV_MODE": "1",
                     "VLLM_CPU_KVCACHE_SPACE": str(cpu_kv_cache_gib(cpu_kv_cache_bytes))}
         self.env.pop("VLLM_API_KEY", None)  # the caller's key for other servers is not ours
         if api_key:
             self.env["VLLM_API_KEY"] = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.verify = pinned_context(tls.cert_pem) if tls else True
         self.log_path = Path(log_path or Path(tempfile.gettempdir()) / f"mars-vllm-{self.port}.log")
         self.pid_file = Path(pid_file) if pid_file else self.log_path.with_suffix(".pid")
         self.startup_timeout_s = startup_timeout_s
@@ -135,8 +155,10 @@ class VLLMServer:
                 raise VLLMError(f"the vLLM server exited with code {code} while starting: "
                                 f"{last_line(self.log_path)} (log: {self.log_path})")
             try:
-                if httpx.get(self.url + "/health", headers=self.headers,
+                if httpx.get(self.url + "/health", headers=self.headers, verify=self.verify,
                              timeout=2).status_code == 200:
+                    if self.tls is not None:  # loaded once at the start: no longer on disk,
+                        self.tls.remove()  # so a server killed with its actor leaves no key
                     return self.url
             except httpx.HTTPError:
                 pass
@@ -160,12 +182,19 @@ class VLLMServer:
         how = killed_by(code) or f"exited with code {code}: {last_line(self.log_path)}"
         return f"the vLLM server (pid {proc.pid}) died ({how}); log: {self.log_path}"
 
+    @property
+    def cert_pem(self) -> str | None:
+        """The certificate a client pins (None: plain HTTP on a loopback address)."""
+        return self.tls.cert_pem if self.tls else None
+
     def stop(self) -> None:
         """Stop the server's process group (SIGTERM, then SIGKILL after 30 s); remove its pid
-        file."""
+        file (and its TLS key, if still there)."""
         proc, self.process = self.process, None
         if proc is not None:
             stop_group(proc, self.pid_file)
+        if self.tls is not None:
+            self.tls.remove()
 
 
 def killed_by(code: int) -> str | None:

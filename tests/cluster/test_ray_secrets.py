@@ -44,7 +44,9 @@ ray.shutdown()
 def test_the_shard_workers_get_secrets_outside_the_runtime_env():
     secret = "s" + uuid.uuid4().hex
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0",
+    # HOME: a local ray.init saves an auth token in ~/.ray, which would turn on token auth for
+    # every later `ray start` on this machine (the two-node cluster tests)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp,
            "MLFLOW_TRACKING_URI": f"http://mars:{secret}@mlflow.example:5000"}
     try:
         done = subprocess.run([sys.executable, "-c", SCRIPT, secret, temp], env=env, cwd=REPO,

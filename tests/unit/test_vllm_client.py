@@ -63,7 +63,8 @@ def test_cpu_kv_cache_goes_to_vllm_in_whole_gib_rounded_up():
 
 def test_launched_server_environment(tmp_path):
     """The key and the KV cache size in the server's environment, never on its command line;
-    dev mode only on loopback, whatever the caller's environment or `env` say."""
+    dev mode on loopback, or behind TLS and the key; without them a network address is
+    refused, whatever the caller's environment or `env` say."""
     cmd = launch_command(sys.executable, "/m", port=1)
     assert "--api-key" not in cmd and cmd[cmd.index("--middleware") + 1] == MIDDLEWARE
     server = VLLMServer(cmd, api_key="s3cret", cpu_kv_cache_bytes=3 * GiB // 2,
@@ -74,12 +75,96 @@ def test_launched_server_environment(tmp_path):
     assert all(server.env[k] == v for k, v in offline.ENV.items())  # hub offline, quiet
     assert server.headers == {"Authorization": "Bearer s3cret"}
     assert server.pid_file == tmp_path / "vllm_server.pid"
-    remote = VLLMServer(launch_command(sys.executable, "/m", port=1, host="0.0.0.0"),
-                        env={"VLLM_SERVER_DEV_MODE": "1"})
-    assert remote.env["VLLM_SERVER_DEV_MODE"] == "0"  # no dev endpoints off loopback
-    assert "VLLM_API_KEY" not in remote.env and remote.headers == {}  # no key: none inherited
+    bare = VLLMServer(launch_command(sys.executable, "/m", port=1), env={"VLLM_API_KEY": "x"})
+    assert "VLLM_API_KEY" not in bare.env and bare.headers == {}  # no key: none inherited
     v6 = VLLMServer(launch_command(sys.executable, "/m", port=free_port("::1"), host="::1"))
     assert v6.url.startswith("http://[::1]:") and v6.dev_mode
+
+
+def test_a_server_on_a_network_address_needs_tls_and_its_key(tmp_path, monkeypatch):
+    """Off loopback (a replica Ray placed on its node's address) the server speaks TLS with a
+    certificate made for that start, wants its key, and then has its dev-mode (weight-reload)
+    routes; without either it is refused. The client trusts that certificate only, and the
+    private key goes with the server."""
+    import ssl
+
+    from mars_core.engines.vllm_tls import self_signed
+
+    monkeypatch.setenv("VLLM_API_KEY", "inherited")
+    for tls, key in ((None, None), (None, "k3y"), ("tls", None)):
+        made = self_signed("10.1.2.3") if tls else None
+        with pytest.raises(VLLMError, match="network address 10.1.2.3 needs TLS and an API key"):
+            VLLMServer(launch_command(sys.executable, "/m", port=1, host="10.1.2.3", tls=made),
+                       api_key=key)
+        if made:
+            made.remove()
+    tls = self_signed("10.1.2.3")
+    assert oct(tls.folder.stat().st_mode & 0o777) == "0o700"
+    assert oct(tls.keyfile.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(VLLMError, match="certificate is not on its command line"):
+        VLLMServer(launch_command(sys.executable, "/m", port=1, host="10.1.2.3"), api_key="k",
+                   tls=tls)
+    cmd = launch_command(sys.executable, "/m", port=8001, host="10.1.2.3", tls=tls)
+    server = VLLMServer(cmd, api_key="k3y", env={"VLLM_SERVER_DEV_MODE": "0"}, tls=tls,
+                        log_path=tmp_path / "vllm_server.log")
+    assert cmd[cmd.index("--ssl-keyfile") + 1] == str(tls.keyfile)
+    assert cmd[cmd.index("--ssl-certfile") + 1] == str(tls.certfile)
+    assert server.url == "https://10.1.2.3:8001" and server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert server.env["VLLM_API_KEY"] == "k3y" and server.cert_pem == tls.cert_pem
+    assert isinstance(server.verify, ssl.SSLContext) and server.verify.check_hostname
+    assert server.verify.cert_store_stats()["x509"] == 1  # that certificate, nothing else
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(tls.cert_pem.encode())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
+    server.stop()
+    assert not tls.folder.exists()  # the private key went with the server
+    with pytest.raises(ConfigError, match="--ssl-keyfile is set by the pipeline"):
+        load_config(SMOKE, ["engine.vllm.launch.extra_args=[--ssl-keyfile, /k.pem]"])
+
+
+HTTPS_SERVER = """
+import http.server, ssl, sys
+arg = lambda flag: sys.argv[sys.argv.index(flag) + 1]
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+httpd = http.server.HTTPServer((arg("--host"), int(arg("--port"))), Health)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(arg("--ssl-certfile"), arg("--ssl-keyfile"))
+httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+httpd.serve_forever()
+"""
+
+
+def test_a_tls_server_is_reached_through_its_pinned_certificate_only(tmp_path):
+    """A real process serving HTTPS with one start's certificate, started as the server: it
+    comes up over TLS, its private key is off the disk once it answers, the client pinning
+    that certificate gets through; one pinning another start's certificate (same address)
+    and one with the system CAs do not."""
+    import httpx
+
+    from mars_core.engines.vllm_tls import pinned_context, self_signed
+
+    tls, other = self_signed("127.0.0.1"), self_signed("127.0.0.1")
+    port = free_port()
+    server = VLLMServer([sys.executable, "-c", HTTPS_SERVER, "--host", "127.0.0.1", "--port",
+                         str(port), "--ssl-keyfile", str(tls.keyfile), "--ssl-certfile",
+                         str(tls.certfile)], api_key="k3y", tls=tls,
+                        log_path=tmp_path / "vllm_server.log", startup_timeout_s=60)
+    try:
+        assert server.start() == f"https://127.0.0.1:{port}"
+        assert not tls.folder.exists()  # loaded by the server, gone from the disk
+        health = httpx.get(server.url + "/health", verify=server.verify, timeout=10)
+        assert health.status_code == 200
+        for verify in (pinned_context(other.cert_pem), True):
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                httpx.get(server.url + "/health", verify=verify, timeout=10)
+    finally:
+        server.stop()
+        other.remove()
 
 
 def test_the_key_reaches_the_server_process_but_not_its_command_line(tmp_path):

@@ -18,7 +18,8 @@ from mars_core.engines.vllm_server import VLLMError
 from mars_core.models import load_model
 from mars_core.rollout import PromptBuilder, play_episodes
 from mars_core.samplers import plan_episodes
-from mars_core.trainer import Forward, Sample, sequence_logprobs, sft_steps
+from mars_core.trainer import Forward, Sample, sequence_logprobs
+from mars_core.warmup import sft_steps
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm

@@ -13,7 +13,6 @@ first start and reused after (never on a command line, never printed: the banner
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import shlex
@@ -23,15 +22,6 @@ from mars_core.config import ConfigError
 
 AUTH_FILE = "mars-api-auth-string"  # in $PREFECT_HOME
 MLFLOW_ADMIN = "admin"
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def read_secret(path: Path) -> str:

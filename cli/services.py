@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 from cli import signals
-from cli.service_auth import (MlflowAuth, is_loopback, prefect_auth_file, prefect_export_line,
+from cli.service_auth import (MlflowAuth, prefect_auth_file, prefect_export_line,
                               read_secret, secret_in)
+from mars_core.config_engine import is_loopback
 from mars_core.offline import QUIET  # the servers report no usage either
 
 POOL = "mars-local"  # the work pool every deployment in prefect.yaml uses

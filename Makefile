@@ -42,7 +42,7 @@ eval-mas: setup
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30
 
 # The whole fault-injection suite: kill -9 at every stage point, the MLflow server down for
 # seconds and for longer than the retry window, the Prefect API lost mid-run, a full disk, two

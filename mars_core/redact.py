@@ -32,7 +32,8 @@ SECRET_NAME = re.compile(
     r"(?:^|[\W_])(?:token|secrets?|passwords?|passwd|pwd|passphrase|api[_-]?keys?|apikey|auth"
     r"|credentials?|authori[sz]ation|bearer|cookie|private[_-]?key|access[_-]?key|signing[_-]?key"
     r"|conn(?:ection)?[_-]?str(?:ing)?|dsn|signature)(?:$|[\W_])", re.I)
-_NOT_SECRET = re.compile(r"secret[_-]?mafia", re.I)  # a game's name, not a secret's
+# a game's name, and a setting that says which kind of auth is on (RAY_AUTH_MODE=token)
+_NOT_SECRET = re.compile(r"secret[_-]?mafia|auth[_-]?mode", re.I)
 # environment variables whose values are harmless to show (everything else in an env mapping
 # is masked): devices, threads, caches, offline flags, the servers' addresses (their URLs are
 # still cleaned of credentials)

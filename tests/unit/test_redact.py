@@ -163,3 +163,11 @@ def test_artifact_links_and_keys_hold_no_credentials():
 
     assert _without_credentials(f"http://u:{S}@h:5000/x?token={S}") == "http://h:5000/x"
     assert S not in artifact_key("mas", f"http://u:{S}@h:8000")
+
+
+def test_a_setting_that_names_the_auth_mode_is_no_secret():
+    from mars_core.redact import is_secret_name, redact_text
+
+    assert not is_secret_name("RAY_AUTH_MODE") and is_secret_name("RAY_AUTH_TOKEN")
+    assert redact_text("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=abc123") == \
+        "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=***"

@@ -38,7 +38,7 @@ from cli import signals
 from cli.commands import COMMANDS, parser
 from cli.errors import check_prefect_api, one_line_errors, prefect_outage
 from mars_core import offline
-from mars_core.redact import redact_text
+from mars_core.redact import redact_urls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"mars: interrupted{hint}", sys.stderr)
         return 130
     except errors as e:
-        print(f"mars: error: {redact_text(str(e))}", file=sys.stderr)  # a URL's password too
+        print(f"mars: error: {redact_urls(str(e))}", file=sys.stderr)  # a URL's password too
         return 2
     except Exception as e:
         lost = prefect_outage(e)

@@ -101,6 +101,16 @@ def _mask_assignments(text: str) -> str:
     return "".join(out) + text[pos:]
 
 
+def redact_urls(text: str) -> str:
+    """`text` with URL passwords and secret query parameters masked, nothing else: for the
+    messages our own code words, where a flag or setting named in advice (`--mlflow-auth`,
+    `RAY_AUTH_MODE=token`) is no secret but a URL it quotes may carry one."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    return _QUERY_SECRET.sub(lambda m: f"{m['key']}{MASK}", text)
+
+
 def redact_text(text: str) -> str:
     """`text` with URL passwords, secret query parameters, bearer/basic credentials, secret
     assignments and flags, and well-known token shapes masked."""

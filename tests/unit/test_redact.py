@@ -171,3 +171,12 @@ def test_a_setting_that_names_the_auth_mode_is_no_secret():
     assert not is_secret_name("RAY_AUTH_MODE") and is_secret_name("RAY_AUTH_TOKEN")
     assert redact_text("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=abc123") == \
         "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=***"
+
+
+def test_our_own_error_lines_lose_url_passwords_only():
+    from mars_core.redact import redact_urls
+
+    line = ("the MLflow store http://mars:hunter2@db:5000/?token=abc does not answer: add "
+            "--mlflow-auth (Prefect always asks)")
+    assert redact_urls(line) == ("the MLflow store http://mars:***@db:5000/?token=*** does not "
+                                 "answer: add --mlflow-auth (Prefect always asks)")

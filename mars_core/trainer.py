@@ -40,11 +40,11 @@ class Sample:
     behaviour: tuple[float, ...] = ()
 
 
-SAMPLE_COLUMNS = ("prompt_ids", "completion_ids", "advantage", "game", "temperature", "logprobs")
+SAMPLE_COLUMNS = ("prompt_ids", "completion_ids", "advantage", "game", "temperature")
 
 
 def load_samples(path) -> list[Sample]:
-    """The training samples of a batch parquet (compute_advantages' samples file)."""
+    """A batch parquet's samples; without `logprobs` their behaviour is unknown (weight 1)."""
     import polars as pl
 
     frame = pl.read_parquet(path)
@@ -53,9 +53,10 @@ def load_samples(path) -> list[Sample]:
         raise ValueError(f"samples file {path} has no column {missing[0]!r}: it was written by an "
                          "older version; delete the iteration's stage folders from "
                          f"{COMPUTE_ADVANTAGES} on and resume")
+    cols = SAMPLE_COLUMNS + (("logprobs",) if "logprobs" in frame.columns else ())  # behaviour
     return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), r["advantage"], r["game"],
-                   r["temperature"], tuple(r["logprobs"] or ()))
-            for r in frame.select(SAMPLE_COLUMNS).iter_rows(named=True)]
+                   r["temperature"], tuple(r.get("logprobs") or ()))
+            for r in frame.select(cols).iter_rows(named=True)]
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,7 @@ class Forward:
 
 
 def bf16_supported() -> bool:
-    """True where bf16 autocast pays off: a CUDA device, or a CPU with AMX (Intel's bf16 tile
-    unit). AVX512-BF16 alone did not on one 2-core machine (163 vs 277 GFLOP/s in fp32)."""
+    """A CUDA device, or a CPU with AMX (AVX512-BF16 alone was slower than fp32 on one CPU)."""
     if torch.cuda.is_available():
         return True
     try:

@@ -106,10 +106,10 @@ def _max_diff(saved: dict, expected: dict) -> float:
     return max(float((saved[k] - expected[k]).abs().max()) for k in saved)
 
 
-def _same_metrics(a: dict, b: dict, rel: float) -> None:
+def _same_metrics(a: dict, b: dict, rel: float, abs_: float = 1e-9) -> None:
     for key in ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean", "grad_norm", "lr",
                 "optimizer_steps", "samples"):
-        assert a[key] == pytest.approx(b[key], rel=rel, abs=1e-9), key
+        assert a[key] == pytest.approx(b[key], rel=rel, abs=abs_), key
 
 
 def test_one_process_zero2_matches_the_torch_path(worker_runs, torch_path, tiny_model_dir):
@@ -142,7 +142,9 @@ def test_two_processes_give_the_one_process_update(worker_runs):
     one, two = _weights(root / "one"), _weights(root / "two")
     off = sum(int(((one[k] - two[k]).abs() > 1e-5).sum()) for k in one)
     assert off <= 10 and _max_diff(one, two) < 5e-4
-    _same_metrics(m["two"], m["one"], rel=1e-5)
+    # the KL to the reference is ~5e-5, a difference of nearly equal log-probs: summed in
+    # another order (two ranks) it moved by 3e-9 on an AMD EPYC (the weights agree as above)
+    _same_metrics(m["two"], m["one"], rel=1e-5, abs_=1e-8)
     assert len(list((root / "two/deepspeed/state").glob("zero_pp_rank_*_optim_states.pt"))) == 2
 
 

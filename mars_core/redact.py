@@ -116,9 +116,7 @@ def redact_text(text: str) -> str:
     assignments and flags, and well-known token shapes masked."""
     if not isinstance(text, str) or not text:
         return text
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
-    text = _QUERY_SECRET.sub(lambda m: f"{m['key']}{MASK}", text)
-    text = _SCHEME_AUTH.sub(lambda m: f"{m['key']}{MASK}", text)
+    text = _SCHEME_AUTH.sub(lambda m: f"{m['key']}{MASK}", redact_urls(text))
     text = _mask_assignments(text)
     return _TOKEN_SHAPES.sub(MASK, text)
 

@@ -5,6 +5,10 @@ iteration counter; it loads with `weights_only=True` (tensors and plain Python v
 pickled objects). With the DeepSpeed backend the optimizer, scheduler and fp32 master weights
 live in the `deepspeed/` folder (DeepSpeed's own checkpoint, one fixed tag) and
 `trainer_state.pt` keeps only the iteration and RNG states.
+
+A checkpoint (and every other model folder a run writes) carries a manifest
+(`mars_core.manifest`), written before its stage commits, so every later load of it (`--policy`,
+the frozen opponents, the next iteration, a resume, the registry upload) is hash-checked.
 """
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ import shutil
 from pathlib import Path
 
 import torch
+
+from mars_core.layout import METRICS_FILE
+from mars_core.manifest import write_manifest
+from mars_core.stages import MARKER, PUBLISHED
 
 TRAINER_STATE = "trainer_state.pt"
 DEEPSPEED_STATE = "deepspeed"  # folder: DeepSpeed's checkpoint (heavy, like TRAINER_STATE)
@@ -25,6 +33,16 @@ def save_model(folder: Path, model, tokenizer) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+
+
+def write_checkpoint_manifest(folder: Path) -> None:
+    """The manifest of a model folder a stage writes (a checkpoint, the warmed-up start
+    policy, the final model), inside the stage's scratch folder before it commits: every file's
+    SHA-256, the optimizer and DeepSpeed state by size only (no model load reads them; a resume
+    checks their hashes against the stage's marker), the stage's own files written after it
+    (marker, metrics, publish ledger) not covered."""
+    write_manifest(folder, size_only=(TRAINER_STATE, DEEPSPEED_STATE),
+                   unlisted=(MARKER, PUBLISHED, METRICS_FILE))
 
 
 def save_trainer_state(folder: Path, optimizer, scheduler, iteration: int) -> None:

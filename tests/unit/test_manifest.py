@@ -52,3 +52,23 @@ def test_truncated_checkpoint_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelError, match="config.json is not readable JSON"):
         check_model_folder(tmp_path)
+
+
+def test_size_only_and_unlisted_names(tmp_path):
+    """A checkpoint's optimizer state is listed by size only; a stage's own files, written after
+    the manifest (and their atomic-write temporaries), are not covered, at the top level only."""
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "optim.pt").write_bytes(b"\0" * 100)
+    write_manifest(tmp_path, size_only=("state",), unlisted=("_DONE",))
+    (tmp_path / "_DONE").write_text("{}")
+    (tmp_path / "._DONE.123.tmp").write_text("{")
+    (tmp_path / "state" / "optim.pt").write_bytes(b"\1" * 100)  # same size: not hashed
+    assert verify_folder(tmp_path)
+    (tmp_path / "state" / "optim.pt").write_bytes(b"\1" * 99)
+    with pytest.raises(ManifestError, match=r"optim\.pt does not match its manifest \(99 bytes"):
+        verify_folder(tmp_path)
+    (tmp_path / "state" / "optim.pt").write_bytes(b"\1" * 100)
+    (tmp_path / "state" / "_DONE").write_text("{}")
+    with pytest.raises(ManifestError, match=r"state/_DONE is not in its folder's manifest"):
+        verify_folder(tmp_path)

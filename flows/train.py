@@ -9,7 +9,8 @@
     the start policy against the final one, on the same deals (when both were evaluated)
 
 Every stage is resumable: running the flow again on the same run directory skips finished
-stages and continues at the first unfinished one.
+stages and continues at the first unfinished one. Which folders each stage reads:
+`mars_core.layout.STAGE_INPUTS` and `EARLIER_INPUTS` (drawn in docs/dag.md).
 """
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ from prefect import flow
 from mars_core.config import load_config
 from mars_core.private import reveal
 from mars_core.redact import install_log_redaction
-from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, BUILD_PLAYERS,
-                              COMPUTE_ADVANTAGES, EVALUATE, FILTER_STEPS, GENERATE_ROLLOUTS, INIT,
-                              ITERATION_STAGES, REPLAYS, SAVE_CHECKPOINT, TRAIN_STEP,
-                              checkpoint_dir)
+from mars_core.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
+                              input_dir)
 from tasks.artifacts import Progress, publish_markdown, publish_table
 from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.common import check_finished_stages, initial_policy, shutdown_engines
@@ -35,14 +34,6 @@ from tasks.rollout import generate_rollouts
 from tasks.shards import share_config, unshare_config
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
-
-# the task that writes each stage of an iteration (their order: mars_core.layout)
-ITERATION_TASKS = {GENERATE_ROLLOUTS: generate_rollouts, BUILD_PLAYERS: build_players,
-                   FILTER_STEPS: filter_steps, ASSIGN_REWARDS: assign_rewards,
-                   BANK_EPISODES: bank_episodes, BUILD_BATCH: build_batch,
-                   COMPUTE_ADVANTAGES: compute_advantages, REPLAYS: write_iteration_replays,
-                   TRAIN_STEP: train_step, SAVE_CHECKPOINT: save_checkpoint}
-
 
 def summary_line(k: int, n: int, m: dict) -> str:
     def g(key, fmt="{:.3f}"):
@@ -97,27 +88,44 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
 
 
 def _iterations(run_dir: str, cfg) -> dict:
+    """The run's stages in the order of `mars_core.layout.STAGES` (init, each iteration, final);
+    each task skips its stage when the stage's folder is already committed (a resume)."""
     name = Path(run_dir).name
     prepare_policy(run_dir)
     every = cfg.evaluation.every
     if every and cfg.evaluation.at_start:
-        _evaluated(run_dir, INIT, evaluate(run_dir, INIT, initial_policy(run_dir), 0), 0)
+        start = initial_policy(run_dir, INIT, reader=EVALUATE)
+        _evaluated(run_dir, INIT, evaluate(run_dir, INIT, start, 0), 0)
     last: dict = {}
     n = cfg.run.iterations
     progress = Progress(f"{name}-iterations", 0, n, f"iterations of {name}")
     for k in range(n):
-        last = {}
-        for stage in ITERATION_STAGES:
-            if stage != EVALUATE:
-                last.update(ITERATION_TASKS[stage](run_dir, k))
-            elif every and ((k + 1) % every == 0 or k + 1 == n):
-                last.update(_evaluated(run_dir, k, evaluate(
-                    run_dir, k, str(checkpoint_dir(run_dir, k)), k + 1), k + 1))
+        last = _iteration(run_dir, k, bool(every and ((k + 1) % every == 0 or k + 1 == n)))
         print(summary_line(k, n, last))
         progress.update(k + 1)
     version = register_final(run_dir)
     strength = compare_strength(run_dir) if every and cfg.evaluation.at_start else ""
     return {"model_version": version, "strength": strength, **last}
+
+
+def _iteration(run_dir: str, k: int, evaluated: bool) -> dict:
+    """Iteration k, stage by stage (`mars_core.layout.ITERATION_STAGES`; the folders each
+    stage reads: `STAGE_INPUTS`); the stages' metrics merged, a later key winning."""
+    metrics: dict = {}
+    metrics |= generate_rollouts(run_dir, k)
+    metrics |= build_players(run_dir, k)
+    metrics |= filter_steps(run_dir, k)
+    metrics |= assign_rewards(run_dir, k)
+    metrics |= bank_episodes(run_dir, k)
+    metrics |= build_batch(run_dir, k)
+    metrics |= compute_advantages(run_dir, k)
+    metrics |= write_iteration_replays(run_dir, k)
+    metrics |= train_step(run_dir, k)
+    metrics |= save_checkpoint(run_dir, k)
+    if evaluated:  # every `evaluation.every` iterations, and after the last
+        policy = str(input_dir(run_dir, k, reader=EVALUATE, stage=SAVE_CHECKPOINT))
+        metrics |= _evaluated(run_dir, k, evaluate(run_dir, k, policy, k + 1), k + 1)
+    return metrics
 
 
 def _evaluated(run_dir: str, k, metrics: dict, trained: int) -> dict:

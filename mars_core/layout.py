@@ -11,9 +11,15 @@ this module; a stage renamed here needs no other edit.
 
 Every stage folder is written whole or not at all (`mars_core.stages`), with its
 `metrics.json`; a stage played in shards first fills `<stage>.shards/shard_XXXX/`.
+
+The DAG's data edges are declared here too: which stage reads which stage's folder, in its own
+group (`STAGE_INPUTS`) or an earlier one (`EARLIER_INPUTS`). Tasks read another stage's output
+through `input_dir` alone, which refuses an undeclared read; `dag_mermaid` draws the picture
+(docs/dag.md).
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -48,6 +54,31 @@ STAGES = ((INIT, INIT_STAGES), ("iter", ITERATION_STAGES), (FINAL, FINAL_STAGES)
 # where each stage's turns are, best first (rewards and gates > kept steps > raw games)
 TURN_STAGES = (ASSIGN_REWARDS, FILTER_STEPS, GENERATE_ROLLOUTS)
 
+# -- the DAG's data edges: the stage folders each stage reads (through `input_dir` alone) -------
+# of its own group (the same iteration; init/ or final/ for theirs)
+STAGE_INPUTS = {
+    EVALUATE: (PREPARE_POLICY, SAVE_CHECKPOINT),  # the policy it plays: init's, or the iteration's
+    BUILD_PLAYERS: (GENERATE_ROLLOUTS,),
+    FILTER_STEPS: (GENERATE_ROLLOUTS, BUILD_PLAYERS),
+    ASSIGN_REWARDS: (FILTER_STEPS, BUILD_PLAYERS),
+    BANK_EPISODES: (ASSIGN_REWARDS,),
+    BUILD_BATCH: (BANK_EPISODES,),  # the bank: this iteration's part and the window's earlier ones
+    COMPUTE_ADVANTAGES: (BUILD_BATCH,),
+    REPLAYS: (ASSIGN_REWARDS, COMPUTE_ADVANTAGES),
+    TRAIN_STEP: (COMPUTE_ADVANTAGES,),
+    SAVE_CHECKPOINT: (TRAIN_STEP,),
+}
+# of an earlier group: init/, an earlier iteration (k-1's checkpoint is iteration k's policy),
+# or, for final/, the iterations
+EARLIER_INPUTS = {
+    GENERATE_ROLLOUTS: (PREPARE_POLICY, SAVE_CHECKPOINT),  # the policy, the frozen opponents
+    BUILD_BATCH: (BUILD_BATCH,),  # the steps earlier batches drew (unless batching.reuse)
+    COMPUTE_ADVANTAGES: (SAVE_CHECKPOINT,),  # a stateful estimator's state
+    TRAIN_STEP: (PREPARE_POLICY, SAVE_CHECKPOINT),  # the policy and optimizer; the KL reference
+    FINAL_MODEL: (PREPARE_POLICY, SAVE_CHECKPOINT),  # the base model's name; the last checkpoint
+    STRENGTH: (EVALUATE,),  # the start policy's evaluation and the last iteration's
+}
+
 # -- run-level files ---------------------------------------------------------------------------
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
@@ -58,6 +89,8 @@ RUN_KEY_FILE = "run_key.json"  # the run's random id, made with config.yaml (MLf
 RUN_FILE = "mlflow_run.json"  # the run's MLflow run id
 REGISTERED_FILE = "registered.json"  # the registered version, once registration is done
 BANK_DIR = "bank"  # the episodes bank: bank/iter_XXXX.parquet, the trainable steps per iteration
+# a stage whose readers find its output in a run-level folder (one part per iteration)
+SHARED_OUTPUTS = {BANK_EPISODES: BANK_DIR}
 
 # -- stage files -------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # every stage: its metrics, logged at its step
@@ -101,6 +134,73 @@ def stage_dir(run_dir: Path, k: int | str, stage: str) -> Path:
     """A stage's folder: in `iter_k/` for an int k, else in the group `k` ("init", "final")."""
     base = iter_dir(run_dir, k) if isinstance(k, int) else Path(run_dir) / k
     return base / stage
+
+
+class UndeclaredInput(ValueError):
+    """A stage reading a folder that STAGE_INPUTS / EARLIER_INPUTS do not give it: a bug."""
+
+
+def input_dir(run_dir: Path, k: int | str, *, reader: str, stage: str,
+              at: int | str | None = None) -> Path:
+    """Where stage `reader`, running in group `k` (an iteration, INIT or FINAL), reads what stage
+    `stage` wrote in group `at`: `k` itself unless given, else an earlier group (`k - 1`, INIT,
+    the last iteration for final/). That is `stage`'s folder, or for a stage in SHARED_OUTPUTS
+    the run-level folder it fills. Every read of another stage's output goes through here, so
+    the DAG's data edges are the ones declared above: UndeclaredInput for any other."""
+    at = k if at is None else at
+    same = at == k
+    declared = (STAGE_INPUTS if same else EARLIER_INPUTS).get(reader, ())
+    here, there = _group_name(k), _group_name(at)
+    if not same and _rank(at) >= _rank(k):
+        raise UndeclaredInput(f"stage {reader} of {here} cannot read {stage} of {there}: "
+                              "a stage reads its own group or an earlier one")
+    if stage not in _stages_of(at):
+        raise UndeclaredInput(f"stage {reader} of {here} reads {stage} of {there}: {there} has "
+                              f"no stage {stage}")
+    if stage not in declared:
+        table = "STAGE_INPUTS" if same else "EARLIER_INPUTS"
+        raise UndeclaredInput(
+            f"stage {reader} of {here} reads {stage} of {there}, which mars_core/layout.py does "
+            f"not declare as its input ({table}[{reader!r}] = {declared}): declare it there")
+    if stage in SHARED_OUTPUTS:
+        return Path(run_dir) / SHARED_OUTPUTS[stage]
+    return stage_dir(run_dir, at, stage)
+
+
+def _group_name(group: int | str) -> str:
+    return iter_name(group) if isinstance(group, int) else str(group)
+
+
+def _rank(group: int | str) -> float:
+    """The order a run writes its groups: init, iter_0000, iter_0001, ..., final."""
+    return -1 if group == INIT else math.inf if group == FINAL else int(group)
+
+
+def _stages_of(group: int | str) -> tuple[str, ...]:
+    return {INIT: INIT_STAGES, FINAL: FINAL_STAGES}.get(group, ITERATION_STAGES)
+
+
+def dag_mermaid() -> str:
+    """The run's DAG as Mermaid flowchart text, drawn from STAGE_INPUTS and EARLIER_INPUTS: each
+    group's stages in the order they run, a solid arrow for a read in the same group, a dotted
+    one for a read of an earlier group (init/, an earlier iteration, the iterations for final/)."""
+    titles = {INIT: "init/", "iter": "iter_k/ (every iteration k)", FINAL: "final/"}
+    lines = ["flowchart TD"]
+    for g, stages in STAGES:
+        lines.append(f'  subgraph g_{g}["{titles[g]}"]')
+        lines += [f'    {g}_{s}["{s}"]' for s in stages]
+        lines.append("  end")
+    for i, (g, stages) in enumerate(STAGES):
+        for reader in stages:
+            lines += [f"  {g}_{s} --> {g}_{reader}" for s in STAGE_INPUTS.get(reader, ())
+                      if s in stages]
+            for s in EARLIER_INPUTS.get(reader, ()):
+                for h, before in STAGES[:i + 1]:
+                    if s in before and h != g:
+                        lines.append(f"  {h}_{s} -.-> {g}_{reader}")
+                    elif s in before and h == "iter":  # iteration k reads k-1 (and earlier)
+                        lines.append(f'  {h}_{s} -. "earlier iterations" .-> {g}_{reader}')
+    return "\n".join(lines) + "\n"
 
 
 def shards_dir(stage: Path) -> Path:

@@ -85,6 +85,12 @@ def load_replays(folder: str | Path, iteration: int | None = None) -> list[Repla
     return _read_folder(_stage_of(found[k]), found[k] / ADVANTAGES, k)
 
 
+def load_stage(turns: Path, samples: Path, k: int) -> list[ReplayEpisode]:
+    """Iteration k's episodes in the stage folder `turns`, with the advantages of the samples
+    file `samples` (what `load_replays` reads for an iteration folder)."""
+    return _read_folder(Path(turns), Path(samples), k)
+
+
 def _is_flat(folder: Path) -> bool:
     return (folder / TURNS_FILE).is_file() or (folder / EPISODES_SAMPLE_FILE).is_file()
 

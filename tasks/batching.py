@@ -25,10 +25,10 @@ from mars_core.checkpoint import ESTIMATOR_STATE, load_estimator_state
 from mars_core.estimators import estimator
 from mars_core.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                               BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
-                              TURNS_FILE, stage_dir)
+                              SAVE_CHECKPOINT, TURNS_FILE, input_dir)
 from mars_core.seeds import Stream
 from mars_core.stages import write_json
-from tasks.common import PUBLISH_RETRY, derive_seed, policy_at, run_stage
+from tasks.common import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 
 
@@ -42,7 +42,8 @@ def bank_episodes(run_dir: str, k: int) -> dict:
     eligible ones with completion tokens, carrying the rewards of those without (a context
     overflow's penalty lands on the seat's last trainable turn, `trainable_steps`)."""
     def body(out: Path) -> dict:
-        turns = pl.read_parquet(stage_dir(run_dir, k, ASSIGN_REWARDS) / TURNS_FILE)
+        rewarded = input_dir(run_dir, k, reader=BANK_EPISODES, stage=ASSIGN_REWARDS)
+        turns = pl.read_parquet(rewarded / TURNS_FILE)
         steps, counts = trainable_steps(turns)
         steps = with_step_ids(steps)
         path = bank_add(bank_dir(run_dir), k, steps)
@@ -63,12 +64,13 @@ def build_batch(run_dir: str, k: int) -> dict:
 
     def body(out: Path) -> dict:
         first = max(0, k - b.window + 1)
-        pool = bank_read(bank_dir(run_dir), range(first, k + 1))
+        bank = input_dir(run_dir, k, reader=BUILD_BATCH, stage=BANK_EPISODES)
+        pool = bank_read(bank, range(first, k + 1))
         used: set[str] = set()
         if not b.reuse:
             for j in range(first, k):
-                used |= set(pl.read_parquet(stage_dir(run_dir, j, BUILD_BATCH) / BATCH_FILE,
-                                            columns=["step_id"])["step_id"])
+                drawn = input_dir(run_dir, k, reader=BUILD_BATCH, stage=BUILD_BATCH, at=j)
+                used |= set(pl.read_parquet(drawn / BATCH_FILE, columns=["step_id"])["step_id"])
         batch, comp = draw(pool, unit=b.unit, size=b.size,
                            seed=derive_seed(cfg, Stream.BATCHING, k),
                            max_steps_per_episode=b.max_steps_per_episode,
@@ -88,8 +90,10 @@ def compute_advantages(run_dir: str, k: int) -> dict:
 
     def body(out: Path) -> dict:
         est = estimator(a.estimator)
-        batch = pl.read_parquet(stage_dir(run_dir, k, BUILD_BATCH) / BATCH_FILE)
-        state = load_estimator_state(policy_at(run_dir, k)) if k > 0 else {}
+        batch = pl.read_parquet(input_dir(run_dir, k, reader=COMPUTE_ADVANTAGES,
+                                          stage=BUILD_BATCH) / BATCH_FILE)
+        state = load_estimator_state(input_dir(run_dir, k, reader=COMPUTE_ADVANTAGES,
+                                               stage=SAVE_CHECKPOINT, at=k - 1)) if k > 0 else {}
         with_adv, new = est.estimate(batch, est.options(a), state.get(est.name))
         if est.stateful:
             state = {**state, est.name: new}

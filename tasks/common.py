@@ -11,11 +11,11 @@ from mars_core.rollout import PromptBuilder
 from mars_core.stages import (PUBLISHED, StageError, fault_point, is_done, read_json,
                               stage_output, verify_stage, write_json)
 from mars_core.seeds import Stream, stream_seed
-from mars_core.trainer import bf16_supported
+from mars_core.precision import bf16_for
 from mars_core.types import SamplingParams
-from mars_core.layout import (FINAL, INIT, METRICS_FILE, POLICY_FILE, PREPARE_POLICY,
-                              SAVE_CHECKPOINT, checkpoint_dir, finished_stages,
-                              iter_name, iteration_of, stage_dir)
+from mars_core.layout import (FINAL, GENERATE_ROLLOUTS, INIT, METRICS_FILE, POLICY_FILE,
+                              PREPARE_POLICY, SAVE_CHECKPOINT, checkpoint_dir, finished_stages,
+                              input_dir, iter_name, iteration_of, stage_dir)
 from mars_core.checkpoint import is_heavy
 from tasks.tracking import log_artifacts, log_dataset, log_metrics_once
 
@@ -140,32 +140,38 @@ def _fault_pause(where: str, out: Path) -> None:
         time.sleep(3600)
 
 
-def bf16_wanted(setting: str) -> bool:
-    """`on`, `off`, or `auto` (where the CPU/GPU supports bf16 autocast)."""
-    return setting == "on" or (setting == "auto" and bf16_supported())
+def bf16_wanted(setting: str, phase: str = "play") -> bool:
+    """`on`, `off`, or `auto`: whichever this machine runs faster for the phase (`update` or
+    `play`; mars_core.precision measures it once per machine)."""
+    return bf16_for(setting, phase)
 
 
-def use_bf16(cfg: Config) -> bool:
-    return bf16_wanted(cfg.model.bf16)
+def use_bf16(cfg: Config, phase: str) -> bool:
+    return bf16_wanted(cfg.model.bf16, phase)
 
 
-def initial_policy(run_dir: Path) -> str:
-    """The policy RL starts from (the warmed-up model where there is a warm-up)."""
-    return read_json(stage_dir(run_dir, INIT, PREPARE_POLICY) / POLICY_FILE)["path"]
+def initial_policy(run_dir: Path, k: int | str, *, reader: str) -> str:
+    """The policy RL starts from (the warmed-up model where there is a warm-up), as stage
+    `reader` of group k reads it (a declared input: `mars_core.layout.input_dir`)."""
+    init = input_dir(run_dir, k, reader=reader, stage=PREPARE_POLICY, at=INIT)
+    return read_json(init / POLICY_FILE)["path"]
 
 
-def policy_at(run_dir: Path, k: int) -> str:
-    """The policy that plays iteration k: the start policy, or the checkpoint of k-1."""
-    return initial_policy(run_dir) if k == 0 else str(checkpoint_dir(run_dir, k - 1))
+def policy_at(run_dir: Path, k: int, *, reader: str) -> str:
+    """The policy that plays iteration k (and that its update starts from), as stage `reader`
+    reads it: the start policy, or the checkpoint of k-1."""
+    if k == 0:
+        return initial_policy(run_dir, k, reader=reader)
+    return str(input_dir(run_dir, k, reader=reader, stage=SAVE_CHECKPOINT, at=k - 1))
 
 
 def frozen_snapshots(run_dir: Path, k: int) -> dict[str, str]:
     """Frozen opponents available to iteration k: the start policy and every earlier
     checkpoint, before the current policy (k-1), whose weights are still on disk
     (`checkpoint.keep_last` / `keep_every`). Label -> model folder."""
-    snapshots = {"start": initial_policy(run_dir)}
+    snapshots = {"start": initial_policy(run_dir, k, reader=GENERATE_ROLLOUTS)}
     for j in range(k - 1):
-        folder = checkpoint_dir(run_dir, j)
+        folder = input_dir(run_dir, k, reader=GENERATE_ROLLOUTS, stage=SAVE_CHECKPOINT, at=j)
         if any(folder.glob("*.safetensors")):
             snapshots[iter_name(j)] = str(folder)
     return snapshots
@@ -187,7 +193,7 @@ def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Pat
 
     return build_engine(path, backend=backend or cfg.engine.backend,
                         vllm=lambda p: vllm_engine(cfg, p, log_dir),
-                        batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg),
+                        batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg, "play"),
                         share_prefix=cfg.model.share_prefix)
 
 

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.games.opponents import check_suite
 from mars_core.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
-                              STRENGTH_MD, read_episodes, stage_dir, write_episodes)
+                              STRENGTH_MD, input_dir, read_episodes, stage_dir, write_episodes)
 from mars_core.reports import transcript
 from mars_core.rollout import RolloutStats, play_episodes
 from mars_core.seeds import Stream
@@ -134,8 +134,10 @@ def compare_strength(run_dir: str) -> str:
     last = cfg.run.iterations - 1
 
     def body(out: Path) -> dict:
-        rows = strength_rows({"start": read_episodes(stage_dir(run_dir, INIT, EVALUATE)),
-                              "final": read_episodes(stage_dir(run_dir, last, EVALUATE))}, "start")
+        start = input_dir(run_dir, FINAL, reader=STRENGTH, stage=EVALUATE, at=INIT)
+        final = input_dir(run_dir, FINAL, reader=STRENGTH, stage=EVALUATE, at=last)
+        rows = strength_rows({"start": read_episodes(start), "final": read_episodes(final)},
+                             "start")
         write_json(out / STRENGTH_JSON, rows)
         (out / STRENGTH_MD).write_text(strength_markdown(rows, "start"))
         start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}

@@ -18,26 +18,28 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core import postprocess as pp
 from mars_core.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS, GENERATE_ROLLOUTS,
-                              PLAYERS_FILE, read_episodes, stage_dir, write_episodes)
+                              PLAYERS_FILE, input_dir, read_episodes, write_episodes)
 from mars_core.vocab import POLICY
 from tasks.common import PUBLISH_RETRY, run_stage
 from tasks.paths import read_config
 
 
-def _players(run_dir: str, k: int) -> dict[str, tuple[pp.PlayerResult, ...]]:
-    frame = pl.read_parquet(stage_dir(run_dir, k, BUILD_PLAYERS) / PLAYERS_FILE)
+def _players(run_dir: str, k: int, *, reader: str) -> dict[str, tuple[pp.PlayerResult, ...]]:
+    players = input_dir(run_dir, k, reader=reader, stage=BUILD_PLAYERS)
+    frame = pl.read_parquet(players / PLAYERS_FILE)
     by_episode: dict[str, list[pp.PlayerResult]] = {}
     for row in frame.iter_rows(named=True):
         by_episode.setdefault(row["episode_id"], []).append(pp.PlayerResult(**row))
     return {e: tuple(sorted(rs, key=lambda r: r.player)) for e, rs in by_episode.items()}
 
 
-def _rewrite(run_dir: str, k: int, source: str, stage_fn, cfg, out: Path) -> list:
-    """Apply `stage_fn(episode, players, cfg.rewards)` to every episode of stage `source` and
-    write the result into `out`."""
-    players = _players(run_dir, k)
+def _rewrite(run_dir: str, k: int, stage_fn, cfg, out: Path, *, reader: str,
+             source: str) -> list:
+    """Stage `reader`: apply `stage_fn(episode, players, cfg.rewards)` to every episode of
+    stage `source` and write the result into `out`."""
+    players = _players(run_dir, k, reader=reader)
     episodes = [stage_fn(ep, players[ep.episode_id], cfg.rewards)
-                for ep in read_episodes(stage_dir(run_dir, k, source))]
+                for ep in read_episodes(input_dir(run_dir, k, reader=reader, stage=source))]
     write_episodes(out, episodes)
     return episodes
 
@@ -52,7 +54,8 @@ def build_players(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        results = [r for ep in read_episodes(stage_dir(run_dir, k, GENERATE_ROLLOUTS))
+        games = input_dir(run_dir, k, reader=BUILD_PLAYERS, stage=GENERATE_ROLLOUTS)
+        results = [r for ep in read_episodes(games)
                    for r in pp.build_players(ep, cfg.rewards)]
         pp.players_frame(results).write_parquet(out / PLAYERS_FILE)
         mine = [r for r in results if r.trainable]
@@ -73,7 +76,8 @@ def filter_steps(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        episodes = _rewrite(run_dir, k, GENERATE_ROLLOUTS, pp.filter_steps, cfg, out)
+        episodes = _rewrite(run_dir, k, pp.filter_steps, cfg, out, reader=FILTER_STEPS,
+                            source=GENERATE_ROLLOUTS)
         counts = pp.gate_counts(episodes)
         turns = [t for ep in episodes for t in ep.turns]
         metrics = {f"gated/{reason}": float(n) for reason, n in counts.items()}
@@ -94,7 +98,8 @@ def assign_rewards(run_dir: str, k: int) -> dict:
     cfg = read_config(Path(run_dir))
 
     def body(out: Path) -> dict:
-        episodes = _rewrite(run_dir, k, FILTER_STEPS, pp.assign_rewards, cfg, out)
+        episodes = _rewrite(run_dir, k, pp.assign_rewards, cfg, out, reader=ASSIGN_REWARDS,
+                            source=FILTER_STEPS)
         turns = [t for ep in episodes for t in ep.turns if t.agent == POLICY and t.eligible]
         metrics = {"reward/mean": _mean([t.reward for t in turns]),
                    "reward/game_mean": _mean([t.game_reward for t in turns]),

@@ -1,10 +1,11 @@
 """Task: each iteration's replay pages, after `compute_advantages` (so the pages show the
 advantages the trainer will use).
 
-`write_iteration_replays` picks `tracking.replays_per_iteration` episodes of the iteration,
-spread over outcomes (a won, a lost, an invalid one when present) and games, writes one HTML
-page per episode plus `index.html` into `iter_XXXX/replays/`, beside the picked episodes as
-Parquet (`episodes.parquet`, `turns.parquet`, `advantages.parquet`), and logs
+`write_iteration_replays` picks `tracking.replays_per_iteration` episodes of the iteration
+(the turns of `assign_rewards`, the advantages of `compute_advantages`), spread over outcomes
+(a won, a lost, an invalid one when present) and games, writes one HTML page per episode plus
+`index.html` into `iter_XXXX/replays/`, beside the picked episodes as Parquet
+(`episodes.parquet`, `turns.parquet`, `advantages.parquet`), and logs
 the folder to the run's MLflow run under `replays/iter_XXXX`. So `mars replay` reads either the
 folder or `runs:/<run_id>/replays/iter_XXXX`. With 0 replays the stage does nothing at all.
 """
@@ -16,8 +17,9 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.layout import ADVANTAGES_FILE, REPLAYS, iter_dir, iter_name, write_episodes
-from mars_core.replay import ReplayEpisode, load_replays, pick_spread, write_replays
+from mars_core.layout import (ADVANTAGES_FILE, ASSIGN_REWARDS, COMPUTE_ADVANTAGES, REPLAYS,
+                              SAMPLES_FILE, input_dir, iter_name, write_episodes)
+from mars_core.replay import ReplayEpisode, load_stage, pick_spread, write_replays
 from tasks.common import PUBLISH_RETRY, run_stage
 from tasks.paths import read_config
 
@@ -42,7 +44,9 @@ def write_iteration_replays(run_dir: str, k: int) -> dict:
         return {}
 
     def body(out: Path) -> dict:
-        picked = pick_spread(load_replays(iter_dir(run_dir, k)), n)
+        turns = input_dir(run_dir, k, reader=REPLAYS, stage=ASSIGN_REWARDS)
+        samples = input_dir(run_dir, k, reader=REPLAYS, stage=COMPUTE_ADVANTAGES) / SAMPLES_FILE
+        picked = pick_spread(load_stage(turns, samples, k), n)
         pages = write_replays(picked, out)
         save_picked(out, picked)
         return {"replays/pages": float(len(pages))}

@@ -44,7 +44,8 @@ def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
 def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
     """The policy's engine, plus one per frozen checkpoint the plan names (always in
     process: a vLLM server holds the policy's weights only)."""
-    policy = make_engine(cfg, policy_at(run_dir, k), log_dir=Path(run_dir))
+    policy = make_engine(cfg, policy_at(run_dir, k, reader=GENERATE_ROLLOUTS),
+                         log_dir=Path(run_dir))
     frozen = sorted({a for s in specs for a in s.agents if is_frozen(a)})
     if not frozen:
         return policy, policy
@@ -183,6 +184,8 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
         metrics |= opponent_metrics(episodes)
         metrics["rollout/tokens_per_s"] = stats.tokens_per_s
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
+        if getattr(engine, "autocast_bf16", None) is not None:  # in process: which precision played
+            metrics["rollout/bf16"] = float(engine.autocast_bf16)
         if engine is not None and "reloads" in engine.stats:  # vLLM: requests in flight, reloads
             metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
             metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])

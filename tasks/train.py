@@ -13,12 +13,13 @@ from prefect.cache_policies import NO_CACHE
 from mars_core import lora, train_deepspeed as ds
 from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
                                   load_trainer_state, prune_plan, save_estimator_state, save_model,
-                                  save_trainer_state)
+                                  save_trainer_state, write_checkpoint_manifest)
+from mars_core.manifest import MANIFEST, verify_folder
 from mars_core.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
                               MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
                               SAMPLES_FILE,
                               SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
-                              stage_dir)
+                              input_dir, stage_dir)
 from mars_core.models import load_model, load_tokenizer, resolve_model
 from mars_core.seeds import Stream
 from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
@@ -41,7 +42,7 @@ def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
     returns the bytes linked."""
     size = 0
     for f in src.iterdir():
-        if f.name in (MARKER, PUBLISHED, "metrics.json", *skip):
+        if f.name in (MARKER, PUBLISHED, "metrics.json", MANIFEST, *skip):
             continue
         if f.is_dir():
             shutil.copytree(f, out / f.name, copy_function=os.link)
@@ -88,11 +89,12 @@ def prepare_policy(run_dir: str) -> dict:
         model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
         losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg),
+                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg, "update"),
                            share_prefix=cfg.model.share_prefix)
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
         save_model(out / MODEL_DIR, model, tok)
+        write_checkpoint_manifest(out / MODEL_DIR)
         write_json(out / POLICY_FILE, {"path": str((final / MODEL_DIR).resolve()), "base": base})
         return {**metrics, "warmup/loss_first": losses[0], "warmup/loss_last": losses[-1],
                 "warmup/examples": float(len(examples))}
@@ -104,21 +106,22 @@ def _policy_and_reference(cfg, run_dir: str, k: int, device: str):
     """The model the update trains and the KL reference (None without a KL term): the policy
     of iteration k and the start policy, or with `trainer.lora` the start policy carrying the
     run's adapter and the same module with its adapters off."""
-    path = policy_at(run_dir, k)
+    path = policy_at(run_dir, k, reader=TRAIN_STEP)
     if cfg.trainer.lora.rank:
         adapter = Path(path) / lora.ADAPTER if k > 0 else None
-        model = lora.attach(load_model(initial_policy(run_dir)).to(device), cfg.trainer.lora,
-                            adapter)
+        start = initial_policy(run_dir, k, reader=TRAIN_STEP)
+        model = lora.attach(load_model(start).to(device), cfg.trainer.lora, adapter)
         return model, lora.AdaptersOff(model) if cfg.algorithm.kl_coef > 0 else None
     model = load_model(path).to(device)
-    ref = load_model(initial_policy(run_dir)).to(device) if cfg.algorithm.kl_coef > 0 else None
+    ref = (load_model(initial_policy(run_dir, k, reader=TRAIN_STEP)).to(device)
+           if cfg.algorithm.kl_coef > 0 else None)
     return model, ref
 
 
 def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     """The PPO update in this process; saves the weights (merged, and the adapter, with LoRA)
     and the optimizer/scheduler state."""
-    path = policy_at(run_dir, k)
+    path = policy_at(run_dir, k, reader=TRAIN_STEP)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, ref = _policy_and_reference(cfg, run_dir, k, device)
     tok = load_tokenizer(path)
@@ -126,15 +129,18 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
     opt, sched = make_optimizer(model, cfg.optim, steps)
     load_trainer_state(path, opt, sched)
-    samples = load_samples(stage_dir(run_dir, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
+    samples = load_samples(input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
+                           / SAMPLES_FILE)
     metrics, steps = {}, []
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
-                             seed=derive_seed(cfg, Stream.TRAINING, k), bf16=use_bf16(cfg),
+                             seed=derive_seed(cfg, Stream.TRAINING, k),
+                             bf16=use_bf16(cfg, "update"),
                              share_prefix=cfg.model.share_prefix,
                              on_step=lambda j, m: steps.append(m))
     write_json(out / OPTIMIZER_STEPS_FILE, steps)
+    metrics["train/bf16"] = float(use_bf16(cfg, "update"))
     save_trainer_state(out, opt, sched, k)
     if cfg.trainer.lora.rank:
         lora.save(out, model, tok)
@@ -153,17 +159,18 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     the previous checkpoint's `deepspeed/` state when it has one. The workers write the fp32
     weights and `deepspeed/`; the trainer state keeps the iteration and RNG states only. An
     empty batch launches nothing: the weights and the previous state carry over (links)."""
-    path = policy_at(run_dir, k)
+    path = policy_at(run_dir, k, reader=TRAIN_STEP)
     prev = Path(path) / DEEPSPEED_STATE
-    samples_file = stage_dir(run_dir, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE
+    samples_file = input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES) / SAMPLES_FILE
     metrics = {}
     if pq.read_metadata(samples_file).num_rows:  # the footer only: the workers read the rows
         spec = {"policy": _absolute(path),
-                "reference": _absolute(initial_policy(run_dir)) if cfg.algorithm.kl_coef > 0 else None,
+                "reference": _absolute(initial_policy(run_dir, k, reader=TRAIN_STEP))
+                if cfg.algorithm.kl_coef > 0 else None,
                 "samples": str(samples_file.resolve()), "out": str(out.resolve()),
                 "resume": str(prev.resolve()) if prev.is_dir() else None,
                 "config": cfg.public(), "iteration": k,
-                "seed": derive_seed(cfg, Stream.TRAINING, k), "bf16": use_bf16(cfg)}
+                "seed": derive_seed(cfg, Stream.TRAINING, k), "bf16": use_bf16(cfg, "update")}
         metrics = ds.launch(spec, cfg.trainer, out)
     else:
         save_model(out, load_model(path), load_tokenizer(path))
@@ -182,8 +189,8 @@ def train_step(run_dir: str, k: int) -> dict:
 
     def body(out: Path) -> dict:
         metrics = train(cfg, run_dir, k, out)
-        save_estimator_state(out, read_json(stage_dir(run_dir, k, COMPUTE_ADVANTAGES)
-                                            / ESTIMATOR_STATE))
+        advantages = input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
+        save_estimator_state(out, read_json(advantages / ESTIMATOR_STATE))
         return {f"train/{key}": v for key, v in metrics.items()}
 
     metrics = run_stage(run_dir, k, TRAIN_STEP, body, step=k)
@@ -205,11 +212,12 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
     """Publish iteration k's weights and trainer state as `iter_k/save_checkpoint/` (hard links,
     no copy) and prune the weights of checkpoints older than `checkpoint.keep_last`."""
     cfg = read_config(Path(run_dir))
-    src = stage_dir(run_dir, k, TRAIN_STEP)
+    src = input_dir(run_dir, k, reader=SAVE_CHECKPOINT, stage=TRAIN_STEP)
 
     def body(out: Path) -> dict:
         size = _link_files(src, out, skip=RUN_FILES)
         write_json(out / CHECKPOINT_FILE, {"iteration": k, "source": str(src)})
+        write_checkpoint_manifest(out)  # before the commit: a checkpoint always has one
         return {"checkpoint/size_mb": size / 2**20}
 
     metrics = run_stage(run_dir, k, SAVE_CHECKPOINT, body, step=k)
@@ -225,13 +233,17 @@ def register_final(run_dir: str) -> int:
     merged weights are the model) as `final/model/`, and as the MLflow transformers model
     `final/model/mlflow/` (hard links to the same weights), registered as version `candidate`."""
     cfg = read_config(Path(run_dir))
-    final = checkpoint_dir(run_dir, cfg.run.iterations - 1)
-    base = read_json(stage_dir(run_dir, INIT, PREPARE_POLICY) / POLICY_FILE)["base"]
+    final = input_dir(run_dir, FINAL, reader=FINAL_MODEL, stage=SAVE_CHECKPOINT,
+                      at=cfg.run.iterations - 1)
+    start = input_dir(run_dir, FINAL, reader=FINAL_MODEL, stage=PREPARE_POLICY, at=INIT)
+    base = read_json(start / POLICY_FILE)["base"]
 
     def body(out: Path) -> dict:
+        verify_folder(final)  # a checkpoint changed since it was written is not registered
         _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
                                       lora.ADAPTER, CHECKPOINT_FILE))
         save_mlflow_model(out, out / MLFLOW_DIR, model_card(Path(run_dir), str(final), base))
+        write_checkpoint_manifest(out)
         return {}
 
     run_stage(run_dir, FINAL, FINAL_MODEL, body, step=None)

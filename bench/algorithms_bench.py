@@ -49,6 +49,8 @@ def main() -> None:
     ap.add_argument("--bank", type=int, default=200_000)
     ap.add_argument("--twin-turns", type=int, default=2_000)
     args = ap.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     df, small = turns(args.turns), turns(args.twin_turns)
     print(f"estimators on {args.turns:,} turns (vectorised) and {args.twin_turns:,} (loop twin):")
     for name in adv.ESTIMATORS:

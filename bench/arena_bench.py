@@ -76,6 +76,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5000)
     ap.add_argument("--matches", type=int, default=20)
     args = ap.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     bench_updates(2000)
     bench_leaderboard(args.records)
     bench_bot_matches(args.matches)

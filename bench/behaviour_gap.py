@@ -14,7 +14,6 @@ games played with all pending turns in one engine call and one prompt per call.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 from mars_core import offline  # noqa: E402
@@ -28,16 +27,6 @@ from mars_core.models import resolve_model  # noqa: E402
 from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes  # noqa: E402
 from mars_core.trainer import Forward, Sample, sequence_logprobs  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def gap(engine: HFEngine, game: str, n: int, params: SamplingParams) -> dict[str, float]:
@@ -85,8 +74,10 @@ def main() -> None:
     p.add_argument("--game", default="kuhn_poker")
     p.add_argument("--games", type=int, default=8)
     args = p.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     path = str(resolve_model(args.model))
-    print(f"{cpu_name()}, {torch.get_num_threads()} threads; {args.model}; {args.games} "
+    print(f"{args.model}; {args.games} "
           f"{args.game} self-play games per row; pi_old: fp32, untruncated, at T = 0.6")
     print(f"{'engine':28s} {'tokens':>6s} {'mean|gap|':>9s} {'max|gap|':>9s} {'mean gap':>9s} "
           f"{'mean w':>7s} {'capped':>7s} {'s':>6s}")

@@ -80,6 +80,8 @@ def main() -> None:
                     help="more config overrides for both runs, e.g. 'model.bf16=\"off\"' "
                          "(quoted: YAML reads a bare off as false)")
     args = ap.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="mars-ds-bench-"))
     runs_dir.mkdir(parents=True, exist_ok=True)
     print(f"smoke preset, {args.iterations} iterations, runs in {runs_dir}")

@@ -96,6 +96,8 @@ def main() -> None:
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--keep", action="store_true", help="keep the runs (printed) afterwards")
     args = p.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="mars-iteration-bench-"))
     common = ["evaluation.every=0", f"run.iterations={args.iterations}"]
     try:

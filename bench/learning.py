@@ -143,11 +143,14 @@ def report(run: Path) -> int:
     lines = verdicts(rows, last)
     table = strength_markdown(rows, "start")
     stats = stats_markdown(bets, updates)
-    (out / "learning.md").write_text(f"# {run.name}\n\n{table}\n" + "\n".join(lines) + "\n"
-                                     + stats)
+    from mars_core.precision import cpu_description
+
+    machine = f"Reported on: {cpu_description()}\n\n"
+    (out / "learning.md").write_text(f"# {run.name}\n\n{machine}{table}\n" + "\n".join(lines)
+                                     + "\n" + stats)
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
-         "updates": updates}, indent=1))
+         "updates": updates, "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")
     for label, (k, _) in found.items():
@@ -176,6 +179,8 @@ def run_main() -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config overrides, as for mars train")
     args = p.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     run = Path(args.runs_dir) / (args.run_name or Path(args.config).stem)
     if not args.no_train:
         started = time.perf_counter()

@@ -78,6 +78,8 @@ def main() -> None:
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--run", default="runs/demo")
     args = p.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     warmed = layout.start_model_dir(Path(args.run))
     model = args.model or (str(warmed) if warmed.is_dir() else "embedded")
     bench_rollout(model, args.games, args.config)

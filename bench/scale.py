@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=24)
     args = ap.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     model = str(resolve_model("embedded"))
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     proc, address, pid_file = _cluster(args.cpus, temp)

@@ -24,6 +24,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=40)
     args = ap.parse_args()
+    from mars_core.precision import cpu_description  # every figure names its CPU
+    print(f"machine: {cpu_description()}", flush=True)
     cfg = RewardsConfig()
     for game in MINDGAMES:  # import textarena (about 5 s) before timing anything
         make_game(game).new_state(0)

@@ -41,7 +41,7 @@ class RunConfig(_Section):
 
 class ModelConfig(_Section):
     path: str = "embedded"  # "embedded", a local model folder, or a hub id
-    bf16: OnOffAuto = "auto"  # bf16 autocast (auto: a GPU, or a CPU with AMX)
+    bf16: OnOffAuto = "auto"  # bf16 autocast (auto: whichever this machine runs faster)
     max_context_tokens: int = Field(2048, ge=64)
     # a prompt prefix many rows of a batch share (a game's rules) goes through the model once,
     # in sampling and in the update (mars_core.prefix); false: every row in full

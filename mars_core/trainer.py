@@ -69,17 +69,6 @@ class Forward:
     share_prefix: bool = True
 
 
-def bf16_supported() -> bool:
-    """A CUDA device, or a CPU with AMX (AVX512-BF16 alone was slower than fp32 on one CPU)."""
-    if torch.cuda.is_available():
-        return True
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags
-
-
 def autocast(enabled: bool, device: str = "cpu"):
     return torch.autocast(device, dtype=torch.bfloat16) if enabled else nullcontext()
 

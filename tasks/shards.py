@@ -29,7 +29,7 @@ from mars_core.redact import install_log_redaction, redact_env
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
 # telemetry, the Prefect and MLflow servers)
-PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR")
+PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR", "MARS_BF16_AUTO")
 
 
 class ClusterError(Exception):

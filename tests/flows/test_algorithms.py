@@ -1,10 +1,11 @@
 """Issue 5 end to end on a tiny model: every estimator trains through `mars train`; the In2AI
 preset's bank, stratified batches, curriculum and frozen opponents; RAE state survives a kill
-and a resume; the comparison flow logs its table."""
+and a resume; the comparison flow logs its table, and across seeds (issue 32) its aggregate."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from mlflow import MlflowClient
 from cli.main import main
 from mars_core.estimators import ESTIMATORS
 from mars_core.layout import (ASSIGN_REWARDS, BATCH_FILE, BUILD_BATCH, BUILD_PLAYERS,
-                              COMPOSITION_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
-                              GENERATE_ROLLOUTS, PLAYERS_FILE, SAMPLES_FILE, TURNS_FILE,
+                              COMPOSITION_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE, FINAL,
+                              GENERATE_ROLLOUTS, PLAYERS_FILE, SAMPLES_FILE, STRENGTH, TURNS_FILE,
                               checkpoint_dir, iter_dir, stage_dir)
 from tests.conftest import REPO
 from tests.flows.invariants import check_iteration
@@ -149,3 +150,73 @@ def test_compare_flow_logs_one_table(tmp_path, prefect_api, tiny_model_dir):
     trained = [r for r in client.search_runs([exp.experiment_id])
                if r.data.tags.get("mars.kind") != "comparison" and "mlflow.parentRunId" not in r.data.tags]
     assert len(trained) == 2  # the two training runs log into the same experiment
+
+
+def test_compare_across_seeds_aggregates_logs_once_and_skips_finished_runs(
+        tmp_path, prefect_api, tiny_model_dir, caplog):
+    """`mars compare --seeds`: 2 variants x 2 seeds over the Kuhn recipe at the tiniest scale;
+    the table over seeds, one MLflow parent run with a child per (variant, seed); a rerun after
+    one run lost its last stage redoes that stage alone and logs no second comparison."""
+    variants = [str(REPO / f"configs/ablations/variants/{v}.yaml") for v in ("mars", "grpo")]
+    argv = ["compare", "--seeds", "0,1", "--bases", str(REPO / "configs/learning/kuhn_ppo.yaml"),
+            "--variants", ",".join(variants), "--overlay", str(REPO / "configs/scales/smoke.yaml"),
+            "--runs-dir", str(tmp_path), "--n", "2",
+            *_tiny(tiny_model_dir, "run.iterations=1", "rollout.episodes_per_iteration=2",
+                   "evaluation.at_start=true")]
+    assert main(argv) == 0
+    names = [f"ablate-kuhn_ppo-{v}-s{s}" for s in (0, 1) for v in ("mars", "grpo")]
+    table = json.loads((tmp_path / "ablate-compare/ablation.json").read_text())
+    rows = table["rows"]
+    assert table["reference"] == "mars" and table["seeds"] == [0, 1]
+    assert [(r["opponent"], r["variant"]) for r in rows] == [
+        (o, v) for o in ("bot:nash", "bot:random", "all") for v in ("mars", "grpo")]
+    for r in rows:
+        assert r["seeds"] == [0, 1] and r["ci95"] is not None and r["game"] == "kuhn_poker"
+        assert (r["diff"] is None) == (r["variant"] == "mars")
+    grpo = [r for r in rows if r["variant"] == "grpo"]
+    assert all(r["diff_ci95"] is not None and r["paired_games"] in ([4, 4], [8, 8]) for r in grpo)
+    assert {b["iterations"] for b in table["curves"]} == {0, 1}  # start and after iteration 1
+    assert "| kuhn_ppo | kuhn_poker | bot:random | grpo | 2 |" in (
+        tmp_path / "ablate-compare/ablation.md").read_text()
+    assert (tmp_path / "ablate-compare/ablation.png").is_file()
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("mars-ablations")
+
+    def runs():
+        every = client.search_runs([exp.experiment_id])
+        parents = [r for r in every if r.data.tags.get("mars.kind") == "ablation"
+                   and "mlflow.parentRunId" not in r.data.tags]
+        trained = [r for r in every if "mars.kind" not in r.data.tags
+                   and "mlflow.parentRunId" not in r.data.tags]
+        return parents, trained, every
+
+    parents, trained, every = runs()
+    assert len(parents) == 1 and sorted(r.info.run_name for r in trained) == sorted(names)
+    children = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert sorted((r.data.tags["mars.variant"], r.data.tags["mars.seed"]) for r in children) == [
+        ("grpo", "0"), ("grpo", "1"), ("mars", "0"), ("mars", "1")]
+    assert {r.data.tags["mars.train_run_id"] for r in children} == {r.info.run_id for r in trained}
+    child = next(r for r in children if r.data.tags["mars.variant"] == "grpo")
+    assert "diff/kuhn_poker/bot_random" in child.data.metrics
+    curve = client.get_metric_history(child.info.run_id, "curve/kuhn_poker vs bot_random")
+    assert sorted(m.step for m in curve) == [0, 1]
+    assert "final/kuhn_ppo/kuhn_poker/bot_random/grpo" in parents[0].data.metrics
+
+    # one run cut after its last evaluation: only it goes through its training flow again
+    cut = tmp_path / names[3]
+    kept = stage_dir(cut, 0, EVALUATE).stat().st_mtime_ns
+    shutil.rmtree(stage_dir(cut, FINAL, STRENGTH))
+    finals = {n: stage_dir(tmp_path / n, FINAL, STRENGTH).stat().st_mtime_ns for n in names[:3]}
+    caplog.clear()
+    assert main(argv) == 0
+    said = caplog.text  # the flow's prints go to its Prefect log
+    assert sorted(n for n in names if f"{n}: finished before, skipped" in said) == sorted(names[:3])
+    assert stage_dir(cut, FINAL, STRENGTH).is_dir()  # redone
+    assert stage_dir(cut, 0, EVALUATE).stat().st_mtime_ns == kept  # its finished stages kept
+    assert {n: stage_dir(tmp_path / n, FINAL, STRENGTH).stat().st_mtime_ns
+            for n in names[:3]} == finals
+    parents_again, trained_again, _ = runs()
+    assert [r.info.run_id for r in parents_again] == [parents[0].info.run_id]  # logged once
+    assert len(trained_again) == 4
+    assert json.loads((tmp_path / "ablate-compare/ablation.json").read_text())["rows"] == rows

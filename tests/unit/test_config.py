@@ -86,7 +86,31 @@ def test_every_ablation_preset_loads_at_the_smoke_scale():
         estimators[preset.stem] = (cfg.algorithm.estimator, bool(cfg.rollout.opponents))
     assert estimators == {"mars": ("mars", False), "wo_turn_level": ("grpo_trajectory", False),
                           "wo_agent_specific": ("mars_shared", False),
+                          "grpo": ("grpo_trajectory", False), "rae": ("rae", False),
                           "fixed_opponent": ("mars", True)}
+
+
+def test_ablation_variants_change_only_the_estimator_of_any_base():
+    """`mars compare --seeds`: each variant overlay laid over a learning recipe changes the
+    advantage estimator and nothing else (equal compute), and it is the same change as the
+    GPU-scale preset of the same name in configs/ablations/."""
+    from pathlib import Path
+
+    from flows.compare import LEARNING_BASES, VARIANTS
+
+    root = Path(__file__).resolve().parents[2]
+    seen = set()
+    for base in LEARNING_BASES:
+        plain = load_config(root / base).flat()
+        for variant in VARIANTS:
+            cfg = load_config(root / base, overlays=[root / variant])
+            changed = {k for k, v in cfg.flat().items() if plain.get(k) != v}
+            assert changed <= {"algorithm.estimator", "algorithm.group_keys", "algorithm.rae_decay"}
+            preset = load_config(root / "configs/ablations" / Path(variant).name)
+            assert (cfg.algorithm.estimator, cfg.algorithm.group_keys) == (
+                preset.algorithm.estimator, preset.algorithm.group_keys)
+            seen.add((cfg.algorithm.estimator, cfg.algorithm.group_keys))
+    assert len(seen) == len(VARIANTS)  # five different advantage designs
 
 
 def test_learning_recipes_load_as_the_readme_describes_them():

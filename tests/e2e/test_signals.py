@@ -73,12 +73,21 @@ def _kill(proc: subprocess.Popen, below: dict[int, int]) -> None:
     proc.wait()
 
 
+def _default_signals() -> None:
+    """In the child before exec: the interrupts at their defaults, as a terminal starts a
+    command, whatever this test process inherited or was left with (an ignored SIGTERM or
+    SIGHUP is inherited across exec, and `mars` keeps an ignored one ignored, as `nohup`
+    asks: the test would then see the run finish instead of stopping)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(args: list[str], env: dict, out: Path) -> subprocess.Popen:
     """`mars ARGS` as a terminal starts it: in a process group (and session) of its own."""
     with open(out, "w") as f:
         return subprocess.Popen(mars_cmd(*args), env=env, cwd=REPO, stdout=f,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_default_signals)
 
 
 def _until(proc: subprocess.Popen, out: Path, ready, timeout: float = 400) -> None:

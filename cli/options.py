@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from mars_core.games.opponents import BOT_SPECS
-
 POLICY_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or a bot "
-               f"({', '.join(BOT_SPECS)}; N: MCTS simulations)")
+               "(bot:random, bot:mcts-N, bot:nash)")
 MODEL_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or an OpenAI-compatible "
               "endpoint such as a vLLM server (http://host:port[#MODEL])")
 

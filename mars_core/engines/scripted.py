@@ -11,7 +11,6 @@ import re
 from typing import Callable
 
 from mars_core.types import Completion, SamplingParams
-from mars_core.vocab import FinishReason
 
 _LEGAL = re.compile(r"Legal actions: (.*)")
 _ACTION = re.compile(r"<[^<>]*>")
@@ -37,8 +36,7 @@ class ScriptedEngine:
             toks = tuple(self.tokenizer.encode(text, add_special_tokens=False))
             if len(toks) > params.max_new_tokens:
                 toks = toks[: params.max_new_tokens]
-                out.append(Completion(toks, (), self.tokenizer.decode(toks),
-                                      FinishReason.LENGTH))
+                out.append(Completion(toks, (), self.tokenizer.decode(toks), "length"))
             else:
-                out.append(Completion(toks, (), text, FinishReason.STOP))
+                out.append(Completion(toks, (), text, "stop"))
         return out

@@ -4,9 +4,7 @@
 
 Each game has a module with these three functions (`PIPELINES`, by game name); the OpenSpiel
 games share `mars` (MARS rewards), the TextArena games follow the In2AI rules. Every stage
-returns new frozen records and never mutates its input. `rewards`: the MARS per-turn rewards.
-
-May import: config, games, types, vocab.
+returns new frozen records and never mutates its input.
 """
 from __future__ import annotations
 

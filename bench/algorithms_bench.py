@@ -12,9 +12,9 @@ import time
 import numpy as np
 import polars as pl
 
-from mars_core import estimators as adv
-from mars_core import advantages_reference as ref
-from mars_core.batching import build_batch
+from mars_core.advantages import estimators as adv
+from mars_core.advantages import reference as ref
+from mars_core.batching.builder import build_batch
 
 TWINS = {"mars": ref.mars_turn_level_reference, "mars_code": ref.mars_code_reference,
          "grpo_trajectory": ref.grpo_trajectory_reference, "rae": ref.rae_reference,
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--bank", type=int, default=200_000)
     ap.add_argument("--twin-turns", type=int, default=2_000)
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     df, small = turns(args.turns), turns(args.twin_turns)
     print(f"estimators on {args.turns:,} turns (vectorised) and {args.twin_turns:,} (loop twin):")
@@ -60,13 +60,13 @@ def main() -> None:
         print(f"  {name:16s} {t * 1000:8.1f} ms   loop twin {loop}")
     print("batch builder (seconds per batch; steps in the bank, units drawn):")
     for n in (args.bank // 20, args.bank // 4, args.bank):
-        bank = turns(n, 1).with_columns(pl.format("{}/{}", "episode_id", "turn").alias("step_id"))
-        for unit, size in (("step", 768), ("trajectory", 128)):
+        bank = turns(n, 1).with_columns(pl.format("{}/{}", "episode_id", "turn").alias("turn_id"))
+        for unit, size in (("turn", 768), ("trajectory", 128)):
             t = _time(lambda: build_batch(bank, unit=unit, size=size, seed=0,
-                                          max_steps_per_episode=4, reward_bins=3), 1)
+                                          max_turns_per_episode=4, reward_bins=3), 1)
             print(f"  bank {n:>8,} steps, {unit:10s} x{size:4d}: {t:6.2f} s")
     try:
-        from mars_core.models import load_model, resolve_model
+        from mars_core.models.weights import load_model, resolve_model
 
         model = load_model(resolve_model("embedded"))
         mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20

@@ -13,7 +13,7 @@ import time
 from mars_core.arena.leaderboard import game_record, leaderboard
 from mars_core.arena.ratings import Ratings
 from mars_core.arena.schedule import round_robin
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
 
 
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5000)
     ap.add_argument("--matches", type=int, default=20)
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     bench_updates(2000)
     bench_leaderboard(args.records)

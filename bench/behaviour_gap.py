@@ -16,16 +16,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from mars_core import offline  # noqa: E402
+from mars_core.run import offline  # noqa: E402
 
 offline.apply()
 
 import torch  # noqa: E402
 
 from mars_core.engines.hf import HFEngine  # noqa: E402
-from mars_core.models import resolve_model  # noqa: E402
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes  # noqa: E402
-from mars_core.trainer import Forward, Sample, sequence_logprobs  # noqa: E402
+from mars_core.models.weights import resolve_model  # noqa: E402
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes  # noqa: E402
+from mars_core.training.trainer import Forward, Sample, sequence_logprobs  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     p.add_argument("--game", default="kuhn_poker")
     p.add_argument("--games", type=int, default=8)
     args = p.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     path = str(resolve_model(args.model))
     print(f"{args.model}; {args.games} "

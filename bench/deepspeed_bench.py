@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from mars_core.layout import METRICS_FILE, TRAIN_STEP, stage_dir  # noqa: E402
+from mars_core.run.layout import METRICS_FILE, TRAIN_STEP, stage_dir  # noqa: E402
 
 KEYS = ("train/loss", "train/pg_loss", "train/grad_norm", f"time/{TRAIN_STEP}")
 
@@ -80,7 +80,7 @@ def main() -> None:
                     help="more config overrides for both runs, e.g. 'model.bf16=\"off\"' "
                          "(quoted: YAML reads a bare off as false)")
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="mars-ds-bench-"))
     runs_dir.mkdir(parents=True, exist_ok=True)

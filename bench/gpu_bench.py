@@ -27,8 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mars_core.config_train import AlgorithmConfig, DeepSpeedConfig, OptimConfig, TrainerConfig  # noqa: E402
-from mars_core.trainer import Sample, TorchUpdater, enable_gradient_checkpointing, make_optimizer, ppo_update  # noqa: E402
+from mars_core.config.train import (AlgorithmConfig, DeepSpeedConfig, OptimConfig,  # noqa: E402
+                                    TrainerConfig)
+from mars_core.training.trainer import (Sample, TorchUpdater,  # noqa: E402
+                                        enable_gradient_checkpointing, make_optimizer, ppo_update)
 from mars_core.types import SamplingParams  # noqa: E402
 
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}  # dense, per GPU
@@ -81,7 +83,7 @@ def bench_train(args, device) -> dict:
     algo = AlgorithmConfig(kl_coef=0.0)
     bf16 = device == "cuda"
     if args.backend == "deepspeed":
-        from mars_core.train_deepspeed import init_deepspeed
+        from mars_core.training.deepspeed_backend import init_deepspeed
 
         for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533", "RANK": "0",
                      "LOCAL_RANK": "0", "WORLD_SIZE": "1"}.items():

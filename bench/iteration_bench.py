@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-from mars_core import layout, offline
+from mars_core.run import layout, offline
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "41e3491"  # main before the shared prefixes, the bf16 rule and the iteration work
@@ -96,7 +96,7 @@ def main() -> None:
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--keep", action="store_true", help="keep the runs (printed) afterwards")
     args = p.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="mars-iteration-bench-"))
     common = ["evaluation.every=0", f"run.iterations={args.iterations}"]

@@ -27,16 +27,16 @@ import sys
 import time
 from pathlib import Path
 
-from mars_core import offline  # noqa: E402
+from mars_core.run import offline  # noqa: E402
 
 offline.apply()
 
 from cli.main import main as mars  # noqa: E402
-from mars_core.strength import strength_markdown, strength_rows  # noqa: E402
-from mars_core.reports import learning_curve_plot  # noqa: E402
-from mars_core.stages import is_done, read_json  # noqa: E402
-from mars_core.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
-                              read_episodes, stage_dir)
+from mars_core.evaluation.game_eval import paired_markdown, paired_rows  # noqa: E402
+from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
+from mars_core.run.commit import is_done, read_json  # noqa: E402
+from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
+                                  read_episodes, stage_dir)
 from tasks.paths import read_config  # noqa: E402
 from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
 
@@ -67,7 +67,7 @@ def evaluations(run: Path, iterations: int) -> dict[str, tuple[int, Path]]:
 
 
 def verdicts(rows: list[dict], last: str) -> list[str]:
-    """The last policy's verdict per (game, opponent): `diff_ci95` is `strength_rows`' 95%
+    """The last policy's verdict per (game, opponent): `diff_ci95` is `paired_rows`' 95%
     half-width of the paired difference (`mean_ci95`: Student's t, its variance floored for
     outcomes in -100..100, so a few identical games never make a zero-width interval)."""
     return [f"{r['game']} vs {r['opponent']}: {r['diff']:+.1f} ± {r['diff_ci95']:.1f} normalized "
@@ -78,20 +78,25 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
 
 
 _CARD = re.compile(r"Your private card: (\w+)")
+_TO_CALL = "To call you must"  # the observation of a decision facing a bet
 UPDATE_KEYS = ("entropy", "clip_frac", "ratio_mean", "ratio_max", "approx_kl_old", "behaviour_gap",
                "is_weight_mean", "grad_norm", "optimizer_steps")
 
 
-def kuhn_bet_rates(episodes) -> dict[str, tuple[float, int]]:
-    """Card -> (share of the policy's valid Kuhn decisions that bet or call, decisions)."""
+def kuhn_bet_rates(episodes, facing: bool | None = None) -> dict[str, tuple[float, int]]:
+    """Card -> (share of the policy's valid Kuhn decisions that bet or call, decisions); with
+    `facing`, only the decisions facing a bet (True: bet = call, pass = fold) or not (False)."""
     counts: dict[str, list[int]] = {}
     for ep in episodes:
         for t in ep.turns:
             card = _CARD.search(t.observation) if t.game == "kuhn_poker" else None
-            if card and t.agent == "policy" and t.valid:
-                c = counts.setdefault(card[1], [0, 0])
-                c[0] += "BET" in t.action.upper()
-                c[1] += 1
+            if not (card and t.agent == "policy" and t.valid):
+                continue
+            if facing is not None and (_TO_CALL in t.observation) != facing:
+                continue
+            c = counts.setdefault(card[1], [0, 0])
+            c[0] += "BET" in t.action.upper()
+            c[1] += 1
     return {card: (bets / n, n) for card, (bets, n) in sorted(counts.items())}
 
 
@@ -108,12 +113,14 @@ def update_stats(run: Path, iterations: int) -> list[dict]:
 
 def stats_markdown(bets: dict[str, dict], updates: list[dict]) -> str:
     out = []
-    if any(bets.values()):
-        out += ["\n## Kuhn Poker: bet or call rate per card (policy's valid decisions)\n",
+    for title, rates in bets.items():
+        if not any(rates.values()):
+            continue
+        out += [f"\n## Kuhn Poker: bet or call rate per card, {title} (policy's valid decisions)\n",
                 "| policy | " + " | ".join(f"{c}" for c in "JQK") + " |", "|---|---|---|---|"]
         out += [f"| {label} | " + " | ".join(f"{r[c][0]:.0%} (n={r[c][1]})" if c in r else "-"
                                             for c in "JQK") + " |"
-                for label, r in bets.items() if r]
+                for label, r in rates.items() if r]
     if updates:
         out += ["\n## The updates\n", "| iter | " + " | ".join(UPDATE_KEYS) + " |",
                 "|---" * (len(UPDATE_KEYS) + 1) + "|"]
@@ -131,8 +138,9 @@ def report(run: Path) -> int:
               "(evaluation.at_start and evaluation.every)")
         return 1
     played = {label: read_episodes(folder) for label, (_, folder) in found.items()}
-    rows = strength_rows(played, "start")
+    rows = paired_rows(played, "start")
     bets = {label: kuhn_bet_rates(eps) for label, eps in played.items()}
+    facing = {label: kuhn_bet_rates(eps, facing=True) for label, eps in played.items()}
     updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
     out = run / "learning"
@@ -141,15 +149,16 @@ def report(run: Path) -> int:
     learning_curve_plot(rows, steps, out / "learning_curve.png",
                         title=f"{run.name}: normalized return per evaluation (95% bands)")
     lines = verdicts(rows, last)
-    table = strength_markdown(rows, "start")
-    stats = stats_markdown(bets, updates)
-    from mars_core.precision import cpu_description
+    table = paired_markdown(rows, "start")
+    stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
+    from mars_core.models.precision import cpu_description
 
     machine = f"Reported on: {cpu_description()}\n\n"
     (out / "learning.md").write_text(f"# {run.name}\n\n{machine}{table}\n" + "\n".join(lines)
                                      + "\n" + stats)
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
+         "kuhn_call_rates": facing,
          "updates": updates, "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")
@@ -160,7 +169,9 @@ def report(run: Path) -> int:
             for key, src in (("normalized_return", "normalized_return"),
                              ("paired_diff", "diff"), ("paired_diff_ci95", "diff_ci95"))}
             | {f"learning/kuhn_poker/bet_rate_{card}": rate
-               for card, (rate, _) in bets[label].items()}, k)
+               for card, (rate, _) in bets[label].items()}
+            | {f"learning/kuhn_poker/call_rate_{card}": rate
+               for card, (rate, _) in facing[label].items()}, k)
     print(table)
     print(stats)
     print("\n".join(lines))
@@ -179,7 +190,7 @@ def run_main() -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config overrides, as for mars train")
     args = p.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     run = Path(args.runs_dir) / (args.run_name or Path(args.config).stem)
     if not args.no_train:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from mars_core import offline  # noqa: E402
+from mars_core.run import offline  # noqa: E402
 
 offline.apply()
 
-from mars_core.strength import suite_specs  # noqa: E402
+from mars_core.evaluation.game_eval import suite_specs  # noqa: E402
 from mars_core.games.registry import GAMES, make_game  # noqa: E402
-from mars_core.rollout import play_episodes  # noqa: E402
+from mars_core.rollout.play import play_episodes  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402
 
 PAIRS = [("tic_tac_toe", "bot:mcts-10"), ("tic_tac_toe", "bot:mcts-100"),
@@ -41,7 +41,7 @@ def bot_speed(games: int) -> None:
 
 
 def prompt_sizes() -> None:
-    from mars_core.models import load_tokenizer, resolve_model
+    from mars_core.models.weights import load_tokenizer, resolve_model
 
     tok = load_tokenizer(resolve_model("embedded"))
     print(f"\n{'game':14s} {'rules tokens':>12s} {'observation tokens (turn 2)':>28s}")
@@ -59,7 +59,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--games", type=int, default=4, help="games per seat and pairing")
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     bot_speed(args.games)
     prompt_sizes()

@@ -16,14 +16,14 @@ import json
 import time
 from pathlib import Path
 
-from mars_core import layout, offline  # noqa: E402
+from mars_core.run import layout, offline  # noqa: E402
 
 offline.apply()
 
 from mars_core.config import load_config  # noqa: E402
-from mars_core.models import resolve_model  # noqa: E402
-from mars_core.rollout import EpisodeSpec, RolloutStats, play_episodes  # noqa: E402
-from tasks.common import make_engine, prompt_builder, sampling  # noqa: E402
+from mars_core.models.weights import resolve_model  # noqa: E402
+from mars_core.rollout.play import EpisodeSpec, RolloutStats, play_episodes  # noqa: E402
+from tasks.engine_factory import make_engine, prompt_builder, sampling  # noqa: E402
 
 
 def _play(engine, cfg, specs, batched: bool) -> tuple[float, RolloutStats, int, int]:
@@ -78,7 +78,7 @@ def main() -> None:
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--run", default="runs/demo")
     args = p.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     warmed = layout.start_model_dir(Path(args.run))
     model = args.model or (str(warmed) if warmed.is_dir() else "embedded")

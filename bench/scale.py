@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mars_core import offline  # noqa: E402
+from mars_core.run import offline  # noqa: E402
 
 offline.apply()
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -36,12 +36,12 @@ os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="mars-bench-prefec
 from prefect import flow  # noqa: E402
 
 from mars_core.config import load_config  # noqa: E402
-from mars_core.models import resolve_model  # noqa: E402
-from mars_core.procgroup import free_port, start_group, stop_group  # noqa: E402
-from mars_core.stages import write_json  # noqa: E402
-from mars_core.seeds import Stream  # noqa: E402
-from tasks.common import derive_seed  # noqa: E402
-from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir  # noqa: E402
+from mars_core.models.weights import resolve_model  # noqa: E402
+from mars_core.run.procgroup import free_port, start_group, stop_group  # noqa: E402
+from mars_core.run.commit import write_json  # noqa: E402
+from mars_core.run.seeds import Stream  # noqa: E402
+from tasks.stage_runner import derive_seed  # noqa: E402
+from mars_core.run.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir  # noqa: E402
 from tasks.paths import prepare_run_dir  # noqa: E402
 from tasks.rollout import _sharded, plan_iteration  # noqa: E402
 
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=24)
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     model = str(resolve_model("embedded"))
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")

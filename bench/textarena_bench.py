@@ -15,16 +15,16 @@ from mars_core.games.opponents import MINDGAMES_OPPONENTS
 from mars_core.games.base import format_answer
 from mars_core.games.catalog import MINDGAMES
 from mars_core.games.registry import make_game
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
-from mars_core.validator import validate
+from mars_core.rollout.validator import validate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=40)
     args = ap.parse_args()
-    from mars_core.precision import cpu_description  # every figure names its CPU
+    from mars_core.models.precision import cpu_description  # every figure names its CPU
     print(f"machine: {cpu_description()}", flush=True)
     cfg = RewardsConfig()
     for game in MINDGAMES:  # import textarena (about 5 s) before timing anything

@@ -65,9 +65,9 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Secrets in overrides or the tracking URI reach the flow in a private file
-    (`mars_core.private`)."""
+    (`mars_core.privacy.private`)."""
     from flows.arena import arena_flow
-    from mars_core.private import withheld
+    from mars_core.privacy.private import withheld
 
     with withheld(overrides=args.overrides, tracking_uri=args.tracking_uri) as hidden:
         return arena_flow(preset=args.preset, agents=args.agents, run=args.run,

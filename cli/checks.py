@@ -12,7 +12,7 @@ def check_model_spec(spec: str, flag: str, endpoint_ok: bool = True,
     whole (`check_model_folder`), a hub id the hub has, a `models:/` URI registered in the
     tracking store that `args` names (--tracking-uri, else --runs-dir's local store)."""
     from mars_core.config import ConfigError
-    from mars_core.models import check_model_folder, resolve_model
+    from mars_core.models.weights import check_model_folder, resolve_model
     from mars_core.engines.chat import is_endpoint
     from tasks.registry import MODEL_URI, check_registered
 
@@ -36,7 +36,7 @@ def check_cluster(cluster) -> None:
     Prefect's temporary server in place of a configured one, a port that answers but is not
     Ray's. Then this process connects (`tasks.shards.connect`, with the cluster's runtime env)
     and keeps the connection for the run, as the flows would have."""
-    from mars_core.config_cluster import ClusterConfig
+    from mars_core.config.cluster import ClusterConfig
 
     if not isinstance(cluster, ClusterConfig):
         cluster = ClusterConfig(ray={"address": cluster})
@@ -70,7 +70,7 @@ def check_preset(preset: str, overlays, overrides, run_dir: Path) -> None:
     """A training preset (with its overlays and overrides) that loads, a model that exists, a
     cluster that answers, and a run folder the run may use."""
     from mars_core.config import load_config
-    from mars_core.models import check_model_folder, resolve_model
+    from mars_core.models.weights import check_model_folder, resolve_model
     from tasks.paths import check_run_dir, lock_run_dir
 
     cfg = load_config(preset, overrides, overlays=overlays)

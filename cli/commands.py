@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from types import ModuleType
 
-from cli import arena, compare, evaluate, replay, services, train
+from cli import arena, check, compare, evaluate, replay, services, train
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {  # in the order `mars --help` lists them
     "train": Command(train, resumable=True),
+    "check": Command(check, prefect=False),  # reads only: no flow, no server, nothing written
     "compare": Command(compare, resumable=True),
     "eval": Command(evaluate),
     "replay": Command(replay, prefect=False),  # a file tool

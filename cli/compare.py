@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     c.add_argument("--presets", type=options.csv, default=None,
                    help="comma-separated presets (default: the six in configs/ablations/)")
     c.add_argument("--eval-preset", default=None,
-                   help="strategic evaluation preset (default: configs/eval/"
+                   help="game evaluation preset (default: configs/eval/"
                         "mars_strategic_quick.yaml); not with --seeds")
     c.add_argument("--games", type=options.csv, default=None,
                    help="evaluate on these games only; not with --seeds")
@@ -76,7 +76,7 @@ def check(args: argparse.Namespace) -> None:
         if value is not None:
             raise ConfigError(f"{flag} goes with --seeds (the comparison across seeds)")
     from flows.compare import ABLATIONS
-    from mars_core.config import load_strategic_config
+    from mars_core.config import load_game_eval_config
     from tasks.paths import check_run_name
 
     presets = args.presets or list(ABLATIONS)
@@ -89,7 +89,7 @@ def check(args: argparse.Namespace) -> None:
     for preset, stem in zip(presets, stems):
         check_preset(preset, args.overlays, args.overrides,
                      Path(args.runs_dir) / f"{_name(args)}-{stem}")
-    load_strategic_config(args.eval_preset or EVAL_PRESET, args.games, None, args.n, None)
+    load_game_eval_config(args.eval_preset or EVAL_PRESET, args.games, None, args.n, None)
 
 
 def _check_seeds(args: argparse.Namespace) -> None:
@@ -122,9 +122,9 @@ def _check_seeds(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Secrets in overrides reach the flow in a private file (`mars_core.private`)."""
+    """Secrets in overrides reach the flow in a private file (`mars_core.privacy.private`)."""
     from flows.compare import ablation_flow, compare_flow
-    from mars_core.private import withheld
+    from mars_core.privacy.private import withheld
 
     common = {"overlays": args.overlays, "n": args.n, "name": _name(args),
               "runs_dir": args.runs_dir, "experiment": args.experiment}

@@ -12,9 +12,9 @@ def one_line_errors() -> tuple[type[BaseException], ...]:
     from eval.benchmarks import BenchmarkError
     from mars_core.config import ConfigError
     from mars_core.engines.vllm_server import VLLMError
-    from mars_core.manifest import ManifestError
-    from mars_core.models import ModelError
-    from mars_core.stages import StageError
+    from mars_core.models.manifest import ManifestError
+    from mars_core.models.weights import ModelError
+    from mars_core.run.commit import StageError
     from tasks.paths import RunDirError
     from tasks.registry import RegistryError
     from tasks.shards import ClusterError
@@ -37,7 +37,7 @@ def check_prefect_api() -> bool:
     import httpx
 
     from mars_core.config import ConfigError
-    from mars_core.redact import redact_text
+    from mars_core.privacy.redact import redact_text
 
     url = _prefect_api_url()
     if not url:
@@ -80,7 +80,7 @@ def prefect_outage(e: BaseException) -> str | None:
     seen = e
     while seen is not None:
         if isinstance(seen, httpx.TransportError) or "Failed to reach API" in str(seen):
-            from mars_core.redact import redact_text
+            from mars_core.privacy.redact import redact_text
 
             return (f"lost the Prefect API at {redact_text(url or 'the Prefect server')} mid-run "
                     f"({type(seen).__name__}); finished stages are saved: run the same command "

@@ -1,6 +1,6 @@
-"""`mars eval`: a policy's strength against fixed opponents (`strategic`), reasoning
-benchmarks inside multi-agent systems (`mas`), or single-agent numbers through
-lm-evaluation-harness (`harness`)."""
+"""`mars eval`: the game evaluation, a policy against fixed opponents (`games`; `strategic`, its
+former name, still works), reasoning benchmarks inside multi-agent systems (`mas`), or
+single-agent numbers through lm-evaluation-harness (`harness`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,15 +10,26 @@ from cli import options
 from cli.checks import check_at_least_one, check_cluster, check_model_spec, check_out
 
 
+GAMES_KIND, FORMER_GAMES_KIND = "games", "strategic"  # `mars eval games`, formerly `strategic`
+
+
 def add_parser(sub) -> None:
+    from eval.systems import SYSTEMS
+    from mars_core.games.catalog import GAMES
+    from mars_core.games.opponents import OPPONENT_SPECS
+
     e = sub.add_parser("eval", help="evaluate a policy").add_subparsers(dest="kind", required=True)
-    s = e.add_parser("strategic", help="strength against fixed opponents (the MARS protocol)")
+    s = e.add_parser(GAMES_KIND, aliases=[FORMER_GAMES_KIND],
+                     help=f"game evaluation: a policy against fixed opponents (the MARS "
+                          f"strategic-ability protocol; `{FORMER_GAMES_KIND}`: its former name)")
     s.add_argument("--policy", required=True, help=options.POLICY_HELP)
     s.add_argument("--preset", default=None,
                    help="evaluation preset YAML (default: the full MARS suite, 1000 games)")
-    s.add_argument("--games", type=options.csv, default=None, help="comma-separated games to play")
+    s.add_argument("--games", type=options.csv, default=None,
+                   help=f"comma-separated games to play: {', '.join(GAMES)}")
     s.add_argument("--opponents", type=options.csv, default=None,
-                   help="comma-separated opponents: bot:random, bot:mcts-N, bot:nash, self")
+                   help=f"comma-separated opponents: {', '.join(OPPONENT_SPECS)} (N: MCTS "
+                        "simulations; each must fit its game)")
     s.add_argument("--n", type=int, default=None, help="games per game x opponent x seat")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--out", default="results.json", help="records file (default: results.json)")
@@ -28,8 +39,8 @@ def add_parser(sub) -> None:
                                  "assistant/user proxy, single agent)")
     m.add_argument("--baseline", default=None,
                    help="a second model for the comparison table (same forms as --model)")
-    m.add_argument("--systems", type=options.csv, default=["single", "mad", "autogen"],
-                   help="comma-separated systems: single, mad, autogen (default: all)")
+    m.add_argument("--systems", type=options.csv, default=list(SYSTEMS),
+                   help=f"comma-separated systems: {', '.join(SYSTEMS)} (default: all)")
     _benchmark_args(m, "mas_results.json", 32, "in-process engine batch (an endpoint gets 8x "
                                                "this many requests at once)")
     m.add_argument("--shards", type=int, default=1,
@@ -49,13 +60,19 @@ def add_parser(sub) -> None:
 
 
 def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
+    from eval.benchmarks import BENCHMARKS, SHIPPED
+    from mars_core.engines.chat import BENCHMARK_SAMPLING
+
     m.add_argument("--model", required=True, help=options.MODEL_HELP)
     m.add_argument("--benchmarks", type=options.csv, default=None,
-                   help="comma-separated: math500, gsm8k, aqua, aime24, amc23, mmlu_stem, "
-                        "gpqa_diamond (default: the six shipped ones)")
+                   help=f"comma-separated: {', '.join(BENCHMARKS)} (default: the "
+                        f"{len(SHIPPED)} shipped ones)")
     m.add_argument("--limit", type=int, default=None,
                    help="questions per benchmark, spread evenly over the file (default: all)")
-    m.add_argument("--max-tokens", type=int, default=8192, help="tokens per reply (default 8192)")
+    m.add_argument("--max-new-tokens", "--max-tokens", dest="max_new_tokens", type=int,
+                   default=BENCHMARK_SAMPLING.max_new_tokens,
+                   help=f"the token limit per reply (default {BENCHMARK_SAMPLING.max_new_tokens}, "
+                        "the benchmark protocol's; --max-tokens: its former name)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--batch-size", type=int, default=batch, help=batch_help)
     m.add_argument("--data-dir", default=None,
@@ -70,13 +87,14 @@ def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
+    args.kind = GAMES_KIND if args.kind == FORMER_GAMES_KIND else args.kind
     if args.kind in ("mas", "harness"):
         return _check_benchmarks(args)
-    from mars_core.config import ConfigError, load_strategic_config
+    from mars_core.config import ConfigError, load_game_eval_config
     from mars_core.games.opponents import check_suite, is_bot
 
     check_at_least_one(("--n", args.n))
-    cfg = load_strategic_config(args.preset, args.games, args.opponents, args.n, args.seed,
+    cfg = load_game_eval_config(args.preset, args.games, args.opponents, args.n, args.seed,
                                 args.overrides)
     try:
         check_suite(cfg.suite, args.policy)
@@ -93,7 +111,7 @@ def _check_benchmarks(args: argparse.Namespace) -> None:
     from eval.systems import check_systems
     from mars_core.config import ConfigError
 
-    check_at_least_one(("--limit", args.limit), ("--max-tokens", args.max_tokens),
+    check_at_least_one(("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens),
                        ("--batch-size", args.batch_size), ("--shards", getattr(args, "shards", 1)))
     try:
         check_systems(getattr(args, "systems", []))
@@ -131,8 +149,8 @@ def _check_key_env(name: str | None, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Secrets (credentials in an endpoint's or the tracking server's URL, secret overrides)
-    reach the flow in a private file, never as Prefect parameters (`mars_core.private`)."""
-    from mars_core.private import withheld
+    reach the flow in a private file, never as Prefect parameters (`mars_core.privacy.private`)."""
+    from mars_core.privacy.private import withheld
 
     if args.kind == "harness":
         from flows.evaluate import harness_eval_flow
@@ -140,8 +158,8 @@ def run(args: argparse.Namespace) -> dict:
         with withheld(model=args.model, tracking_uri=args.tracking_uri) as hidden:
             return harness_eval_flow(
                 benchmarks=args.benchmarks, limit=args.limit, out=args.out,
-                data_dir=args.data_dir, gpqa_path=args.gpqa_path, max_tokens=args.max_tokens,
-                seed=args.seed, batch_size=args.batch_size, experiment=args.experiment,
+                data_dir=args.data_dir, gpqa_path=args.gpqa_path,
+                max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size, experiment=args.experiment,
                 runs_dir=args.runs_dir, **hidden)
     if args.kind == "mas":
         from flows.evaluate import mas_eval_flow
@@ -151,14 +169,14 @@ def run(args: argparse.Namespace) -> dict:
             return mas_eval_flow(
                 systems=args.systems, benchmarks=args.benchmarks, limit=args.limit,
                 out=args.out, data_dir=args.data_dir, gpqa_path=args.gpqa_path,
-                max_tokens=args.max_tokens, seed=args.seed, batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size,
                 experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
                 ray_address=args.ray_address, api_key_env=args.api_key_env,
                 baseline_api_key_env=args.baseline_api_key_env, **hidden)
-    from flows.evaluate import strategic_eval_flow
+    from flows.evaluate import game_eval_flow
 
     with withheld(overrides=args.overrides, tracking_uri=args.tracking_uri) as hidden:
-        return strategic_eval_flow(
+        return game_eval_flow(
             policy=args.policy, preset=args.preset, games=args.games, opponents=args.opponents,
             n=args.n, seed=args.seed, out=args.out, experiment=args.experiment,
             runs_dir=args.runs_dir, **hidden)
@@ -166,5 +184,5 @@ def run(args: argparse.Namespace) -> dict:
 
 def done(args: argparse.Namespace, result: dict) -> str:
     logged = f" (MLflow run {result['mlflow_run_id']})" if result["mlflow_run_id"] else ""
-    what = "records" if args.kind == "strategic" else "answers"
+    what = "records" if args.kind in (GAMES_KIND, FORMER_GAMES_KIND) else "answers"
     return f"mars: done: {result['records']} {what} in {result['out']}{logged}"

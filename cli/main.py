@@ -2,16 +2,18 @@
 
     mars train --config configs/smoke.yaml [--overlay configs/scales/smoke.yaml] [--runs-dir runs]
         [--run-name NAME] [--set k=v ...]
+    mars check CONFIG [--overlay configs/scales/smoke.yaml] [--set k=v ...] [--run-name NAME]
+        (the preset validated, its models checked, its plan printed; nothing written)
     mars compare [--presets A.yaml,B.yaml] [--overlay configs/scales/smoke.yaml] [--set k=v ...]
         [--eval-preset configs/eval/...yaml] [--games G1,G2] [--n N] [--name ablations]
     mars compare --seeds 0,1,2 [--bases B1.yaml,B2.yaml] [--variants V1.yaml,...] [--n N]
         (every variant over every base once per seed; intervals over seeds: `make ablate`)
-    mars eval strategic --policy SPEC [--preset configs/eval/...yaml] [--games G1,G2]
+    mars eval games --policy SPEC [--preset configs/eval/...yaml] [--games G1,G2]
         [--opponents O1,O2] [--n N] [--seed S] [--out results.json] [--tracking-uri URI]
     mars eval mas --model SPEC [--baseline SPEC] [--systems single,mad,autogen]
-        [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out results.json]
+        [--benchmarks B1,B2] [--limit N] [--max-new-tokens N] [--out mas_results.json]
         [--data-dir DIR|hf://] [--gpqa-path FILE] [--tracking-uri URI]
-    mars eval harness --model SPEC [--benchmarks B1,B2] [--limit N] [--max-tokens N] [--out F]
+    mars eval harness --model SPEC [--benchmarks B1,B2] [--limit N] [--max-new-tokens N] [--out F]
         (lm-evaluation-harness, the `eval` extra; same benchmark files and graders)
     mars arena [--preset configs/arena/...yaml] [--agents A,LABEL=SPEC,...] [--run RUN_DIR]
         [--games G1,G2] [--schedule round_robin|sampled] [--n N] [--matches M] [--seed S]
@@ -39,8 +41,8 @@ import sys
 from cli import signals
 from cli.commands import COMMANDS, parser
 from cli.errors import check_prefect_api, one_line_errors, prefect_outage
-from mars_core import offline
-from mars_core.redact import redact_urls
+from mars_core.run import offline
+from mars_core.privacy.redact import redact_urls
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
+from mars_core.games.opponents import BOT_SPECS
+
 POLICY_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or a bot "
-               "(bot:random, bot:mcts-N, bot:nash)")
+               f"({', '.join(BOT_SPECS)}; N: MCTS simulations)")
 MODEL_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or an OpenAI-compatible "
               "endpoint such as a vLLM server (http://host:port[#MODEL])")
 

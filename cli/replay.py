@@ -80,7 +80,7 @@ def _download(args: argparse.Namespace, dst: Path) -> Path:
 
 def _write(args: argparse.Namespace, folder: Path) -> dict:
     from mars_core.config import ConfigError
-    from mars_core.replay import load_replays, page_name, replay_data, replay_html
+    from mars_core.viewer.replay import load_replays, page_name, replay_data, replay_html
 
     replays = load_replays(folder, args.iteration)
     ids = [r.episode.episode_id for r in replays]

@@ -32,8 +32,8 @@ from pathlib import Path
 from cli import signals
 from cli.service_auth import (MlflowAuth, prefect_auth_file, prefect_export_line,
                               read_secret, secret_in)
-from mars_core.config_engine import is_loopback
-from mars_core.offline import QUIET  # the servers report no usage either
+from mars_core.config.engine import is_loopback
+from mars_core.run.offline import QUIET  # the servers report no usage either
 
 POOL = "mars-local"  # the work pool every deployment in prefect.yaml uses
 PREFECT_PORT, MLFLOW_PORT = 4200, 5000  # the servers' own defaults (artifacts.DEFAULT_UI too)

@@ -28,10 +28,10 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """The flow gets the preset and overlays by path and the overrides with their secrets
-    masked; the real values go in a private file (`mars_core.private`), never in a Prefect
+    masked; the real values go in a private file (`mars_core.privacy.private`), never in a Prefect
     parameter."""
     from flows.train import train_flow
-    from mars_core.private import withheld
+    from mars_core.privacy.private import withheld
 
     with withheld(overrides=args.overrides) as hidden:
         return train_flow(config=args.config, run_name=args.run_name, runs_dir=args.runs_dir,

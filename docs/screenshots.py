@@ -1,4 +1,4 @@
-"""The README's pictures of the Prefect UI and the MLflow UI, taken in headless Chromium.
+"""The docs' pictures of the Prefect UI and the MLflow UI (docs/uis.md), taken in headless Chromium.
 
     .venv/bin/python docs/screenshots.py [--out docs/img] [--keep]
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cli.services import mlflow_server, prefect_server, start_all  # noqa: E402
-from mars_core.procgroup import free_port  # noqa: E402
+from mars_core.run.procgroup import free_port  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",

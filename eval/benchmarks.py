@@ -28,14 +28,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mars_core import offline
+from mars_core.run import offline
 
 LETTERS = "ABCDEFGHIJ"
 ENV_DIR = "MARS_BENCHMARK_DIR"
 ENV_GPQA = "MARS_GPQA_PATH"
 SHIPPED_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
 HUB = "hf://"  # a source that is the publishers' datasets on the Hugging Face hub
-# the variables of `mars_core.offline.HUB_OFFLINE` that `datasets` reads (not TRANSFORMERS_OFFLINE)
+# the variables of `mars_core.run.offline.HUB_OFFLINE` that `datasets` reads (not TRANSFORMERS_OFFLINE)
 OFFLINE_ENV = tuple(k for k in offline.HUB_OFFLINE if k.startswith("HF_"))
 
 

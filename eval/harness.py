@@ -3,8 +3,8 @@
 The single-agent numbers can be cross-checked with EleutherAI's lm-evaluation-harness
 (`pip install -e '.[eval]'`, lm-eval 0.4.13). `write_tasks` turns each benchmark into one task
 `mars_<name>`: a JSONL of `{id, prompt, reference, benchmark}` (prompt = `task_prompt(q)`, the
-exact single-agent prompt) plus a YAML that samples one reply per question (temperature 0.6,
-top-p 0.95, top-k 20, no stop strings but the model's end of turn) and grades it with
+exact single-agent prompt) plus a YAML that samples one reply per question (the protocol of
+`engines.chat.BENCHMARK_SAMPLING`, no stop strings but the model's end of turn) and grades it with
 `eval.graders.is_correct`, so harness accuracy and our own single-agent accuracy are the same
 measurement. `run_harness` runs those tasks fully offline against a local model folder (lm-eval
 "hf") or an OpenAI-compatible server such as vLLM (lm-eval "local-chat-completions", no
@@ -27,11 +27,13 @@ from pathlib import Path
 
 from eval.benchmarks import check_names, load, task_prompt
 from eval.graders import is_correct
-from mars_core import offline
+from mars_core.engines.chat import benchmark_sampling
+from mars_core.run import offline
 
 TASK_PREFIX = "mars_"
 METRIC = "acc"
-SAMPLING = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
+SAMPLING = {"do_sample": True, **{k: v for k, v in benchmark_sampling().items()
+                                   if k != "max_new_tokens"}}  # the protocol's (engines.chat)
 OFFLINE_ENV = offline.HUB_OFFLINE
 NOISY_LOGGERS = ("lm_eval", "lm-eval", "datasets", "filelock", "urllib3")
 API_PACKAGES = ("aiohttp", "requests", "tenacity", "tqdm")
@@ -50,7 +52,7 @@ def process_results(doc: dict, results: list[str]) -> dict[str, int]:
     return {METRIC: int(is_correct(doc["benchmark"], reply, doc["reference"]))}
 
 
-def _task_yaml(name: str, data_file: Path, cache_dir: Path, max_tokens: int) -> str:
+def _task_yaml(name: str, data_file: Path, cache_dir: Path, max_new_tokens: int) -> str:
     """The task config as YAML text. `until: []` keeps lm-eval from cutting replies at its
     default "\\n\\n" (the model's own end-of-turn token still stops it); `process_results` is a
     `!function` tag, which `yaml.safe_dump` cannot write, so that line is appended by hand."""
@@ -65,7 +67,7 @@ def _task_yaml(name: str, data_file: Path, cache_dir: Path, max_tokens: int) -> 
         "doc_to_text": "{{prompt}}",
         "doc_to_target": "{{reference}}",
         "num_fewshot": 0,
-        "generation_kwargs": {**SAMPLING, "max_gen_toks": int(max_tokens), "until": []},
+        "generation_kwargs": {**SAMPLING, "max_gen_toks": int(max_new_tokens), "until": []},
         "metric_list": [{"metric": METRIC, "aggregation": "mean", "higher_is_better": True}],
         "metadata": {"version": 1.0},
     }
@@ -74,15 +76,15 @@ def _task_yaml(name: str, data_file: Path, cache_dir: Path, max_tokens: int) -> 
 
 
 def write_tasks(benchmarks: list[str], folder: Path, *, data_dir=None, gpqa_path=None,
-                limit: int | None = None, max_tokens: int = 1024) -> list[str]:
+                limit: int | None = None, max_new_tokens: int = 1024) -> list[str]:
     """Write one lm-eval task per benchmark into `folder` (created if needed): `<name>.jsonl`
     and `mars_<name>.yaml`; the datasets cache goes to `folder/hf-datasets-cache`. `limit` picks
     the same evenly spread questions as our own evaluation (`benchmarks.load`), not lm-eval's
     first-N. Returns the task names, in the order given."""
     if not benchmarks:
         raise ValueError("no benchmarks given")
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     check_names(list(benchmarks), gpqa_path)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,7 +99,7 @@ def write_tasks(benchmarks: list[str], folder: Path, *, data_dir=None, gpqa_path
                        "benchmark": q.benchmark}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         (folder / f"{task_name(name)}.yaml").write_text(
-            _task_yaml(name, data_file, cache_dir, max_tokens), encoding="utf-8")
+            _task_yaml(name, data_file, cache_dir, max_new_tokens), encoding="utf-8")
         names.append(task_name(name))
     return names
 
@@ -181,7 +183,7 @@ def served_name(base_url: str, timeout: float = 10.0) -> str:
         raise ValueError(f"cannot list the served models at {root}/models: {e}") from None
 
 
-def _model_spec(model_dir, base_url, served_model, batch_size, device, seed, max_tokens):
+def _model_spec(model_dir, base_url, served_model, batch_size, device, seed, max_new_tokens):
     """(lm-eval model type, model_args, batch_size, device) for a folder or a server.
 
     Folder: "hf" with float32 on CPU (bf16 kernels are slow or missing there), the checkpoint's
@@ -205,7 +207,7 @@ def _model_spec(model_dir, base_url, served_model, batch_size, device, seed, max
         return "hf", args, batch_size, device
     args = {"model": served_model, "base_url": chat_url(base_url),
             "num_concurrent": batch_size, "tokenized_requests": False,
-            "tokenizer_backend": None, "max_gen_toks": max_tokens, "seed": seed,
+            "tokenizer_backend": None, "max_gen_toks": max_new_tokens, "seed": seed,
             "max_retries": 3, "timeout": 600}
     return "local-chat-completions", args, 1, None
 
@@ -231,7 +233,7 @@ def _summary(results: dict, benchmarks: list[str]) -> dict:
 
 
 def run_harness(benchmarks: list[str], *, model_dir=None, base_url=None, served_model=None,
-                limit: int | None = None, max_tokens: int = 1024, batch_size: int = 8,
+                limit: int | None = None, max_new_tokens: int = 1024, batch_size: int = 8,
                 data_dir=None, gpqa_path=None, device=None, seed: int = 0) -> dict:
     """Run lm-eval on our benchmarks against a model folder or a server, fully offline.
 
@@ -242,7 +244,7 @@ def run_harness(benchmarks: list[str], *, model_dir=None, base_url=None, served_
     benchmarks = list(dict.fromkeys(benchmarks))
     check_names(benchmarks, gpqa_path)
     model, model_args, lm_batch, device = _model_spec(
-        model_dir, base_url, served_model, batch_size, device, seed, max_tokens)
+        model_dir, base_url, served_model, batch_size, device, seed, max_new_tokens)
     lm_eval = _lm_eval(server=base_url is not None)
     if model == "local-chat-completions" and not model_args["model"]:
         model_args["model"] = served_name(base_url)
@@ -250,7 +252,7 @@ def run_harness(benchmarks: list[str], *, model_dir=None, base_url=None, served_
           contextlib.ExitStack() as offline):
         # the questions first: `hf://` reads them from the hub, before lm-eval goes offline
         tasks = write_tasks(benchmarks, Path(tmp), data_dir=data_dir, gpqa_path=gpqa_path,
-                            limit=limit, max_tokens=max_tokens)
+                            limit=limit, max_new_tokens=max_new_tokens)
         offline.enter_context(_offline_and_quiet())
         offline.enter_context(_load_bars_off())
         from lm_eval.evaluator import simple_evaluate
@@ -266,7 +268,7 @@ def run_harness(benchmarks: list[str], *, model_dir=None, base_url=None, served_
         raise ValueError("lm-eval returned no results")
     config = {"model": model, "model_dir": str(model_dir) if model_dir else None,
               "base_url": model_args.get("base_url"), "served_model": model_args.get("model"),
-              "limit": limit, "max_tokens": max_tokens, "batch_size": batch_size,
+              "limit": limit, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
               "device": device, "seed": seed, "sampling": dict(SAMPLING),
               "apply_chat_template": True, "tasks": tasks}
     return {"benchmarks": _summary(results, benchmarks),

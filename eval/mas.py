@@ -4,7 +4,7 @@ confidence interval, cost (model calls, tokens), transcripts, and the comparison
 
 Accuracy intervals are Wilson score intervals (honest at small n and at 0% or 100%). The
 difference of two models is paired over the same questions: mean of (a_i - b_i) with the
-project's small-sample 95% interval for bounded outcomes (`mars_core.intervals.mean_ci95`:
+project's small-sample 95% interval for bounded outcomes (`mars_core.evaluation.intervals.mean_ci95`:
 Student's t, its variance floored so that 4 wins out of 4 still has a width), so "wins by more
 than the confidence interval" means its lower end is above 0.
 """
@@ -20,8 +20,8 @@ from typing import Callable
 from eval.benchmarks import Question
 from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
-from mars_core.intervals import mean_ci95
-from mars_core.redact import redact
+from mars_core.evaluation.intervals import mean_ci95
+from mars_core.privacy.redact import redact
 
 Z95 = 1.959964
 
@@ -136,7 +136,7 @@ def write_records(results: list[Result], folder: Path, gated: set[str]) -> list[
     """Per system x benchmark: `<system>/<benchmark>.jsonl`, one record per question with its
     transcript. Gated benchmarks (GPQA) keep only ids, outcome and grade: no question or reply
     text ever lands in a file that may become an artifact; secrets (an endpoint's URL
-    credentials in an error) are masked (`mars_core.redact`)."""
+    credentials in an error) are masked (`mars_core.privacy.redact`)."""
     files: dict[Path, list[str]] = {}
     for r in results:
         record = redact(asdict(r))
@@ -160,8 +160,8 @@ def read_records(folder: Path) -> list[Result]:
     return out
 
 
-def strategic_difference(a: list[dict], b: list[dict]) -> dict:
-    """Strategic suite, model a minus model b: the mean normalized return (0-100) over the
+def game_eval_difference(a: list[dict], b: list[dict]) -> dict:
+    """Game evaluation suite, model a minus model b: the mean normalized return (0-100) over the
     cells both played, with a 95% half-width from the cells' own intervals (`seat_record`'s
     bounded `mean_ci95`; independent games: half-widths add in quadrature, which with
     Student's factors errs wide), and `interval`, which interval that is."""
@@ -181,11 +181,11 @@ def strategic_difference(a: list[dict], b: list[dict]) -> dict:
                         "bounded returns), added in quadrature"}
 
 
-def decide(mas: dict | None, strategic: dict | None) -> tuple[bool, str]:
+def decide(mas: dict | None, games: dict | None) -> tuple[bool, str]:
     """Promote the candidate when there is no champion yet (`mas` None), or when it wins the
     reasoning suite by more than its confidence interval (`paired_difference`: the lower end
-    above 0) and does not lose the strategic suite (when one was played) by more than its own
-    (`strategic_difference`). The reason names the interval each verdict rests on."""
+    above 0) and does not lose the game evaluation (when one was played) by more than its own
+    (`game_eval_difference`). The reason names the interval each verdict rests on."""
     if mas is None:
         return True, "no champion yet"
 
@@ -195,8 +195,8 @@ def decide(mas: dict | None, strategic: dict | None) -> tuple[bool, str]:
 
     if not mas["wins"]:
         return False, f"reasoning suite: {shown(mas, ' points')} is not a win beyond the interval"
-    if strategic is not None and strategic["loses"]:
-        return False, f"strategic suite: {shown(strategic)} is a loss beyond the interval"
+    if games is not None and games["loses"]:
+        return False, f"game evaluation: {shown(games)} is a loss beyond the interval"
     return True, (f"reasoning suite: {shown(mas, ' points')} is a win beyond the interval"
-                  + (f"; strategic suite: {shown(strategic)} is no loss beyond it"
-                     if strategic else ""))
+                  + (f"; game evaluation: {shown(games)} is no loss beyond it"
+                     if games else ""))

@@ -25,10 +25,10 @@ from mars_core.arena.leaderboard import causes, game_record, leaderboard, markdo
 from mars_core.arena.plot import ratings_plot
 from mars_core.arena.schedule import (fingerprint, fits, pool_matches, round_robin, sampled,
                                       with_newcomer)
-from mars_core.layout import write_episodes
-from mars_core.private import reveal
-from mars_core.redact import install_log_redaction, redact
-from mars_core.replay import write_replays
+from mars_core.run.layout import write_episodes
+from mars_core.privacy.private import reveal
+from mars_core.privacy.redact import install_log_redaction, redact
+from mars_core.viewer.replay import write_replays
 from tasks.artifacts import publish_table
 from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
 
@@ -84,7 +84,7 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
     """Rate agents against each other (or newcomers against a frozen pool); see the module
     docstring. Returns the leaderboard and where everything was written. Secrets in
     `overrides` and `tracking_uri` come masked, their values in the file `private`
-    (`mars_core.private`)."""
+    (`mars_core.privacy.private`)."""
     install_log_redaction()
     revealed = reveal(private, overrides=overrides or [], tracking_uri=tracking_uri)
     overrides, tracking_uri = revealed["overrides"], revealed["tracking_uri"]

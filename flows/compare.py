@@ -13,7 +13,7 @@ overlay, `configs/ablations/variants/`) laid over every base preset (default: th
 Tic-Tac-Toe learning recipes) trains once per seed (`run.seed`), as runs
 `<name>-<base>-<variant>-s<seed>`; each run's own evaluations give its final strength and its
 learning curve (within a seed every variant plays the same evaluation deals), and
-`mars_core.ablation` aggregates them over seeds (intervals over seeds, differences from the
+`mars_core.evaluation.ablation` aggregates them over seeds (intervals over seeds, differences from the
 first variant paired by seed and by deal) into `<name>-compare/ablation.{md,json,png}`, one
 MLflow parent run with a child per run (`tasks.ablation`) and a Prefect Markdown artifact.
 A finished run is skipped without starting its training flow: a cut comparison redoes only
@@ -27,22 +27,22 @@ from pathlib import Path
 
 from prefect import flow
 
-from mars_core.ablation import (ablation_markdown, ablation_plot, ablation_rows, curve_bands,
-                                per_seed_rows)
-from mars_core.config import load_config, load_strategic_config
-from mars_core.private import reveal, withheld
-from mars_core.redact import install_log_redaction
-from mars_core.strength import comparison_table, per_game_normalized, radar_chart
-from mars_core.layout import (EVALUATE, FINAL, INIT, REGISTERED_FILE, STRENGTH, final_model_dir,
-                              read_episodes, stage_dir)
-from mars_core.stages import MARKER, is_done, read_json, stage_output, write_json
+from mars_core.evaluation.ablation import (ablation_markdown, ablation_plot, ablation_rows,
+                                           curve_bands, per_seed_rows)
+from mars_core.config import load_config, load_game_eval_config
+from mars_core.privacy.private import reveal, withheld
+from mars_core.privacy.redact import install_log_redaction
+from mars_core.evaluation.game_eval import comparison_table, per_game_normalized, radar_chart
+from mars_core.run.layout import (EVALUATE, FINAL, INIT, REGISTERED_FILE, STRENGTH, final_model_dir,
+                                  read_episodes, stage_dir)
+from mars_core.run.commit import MARKER, is_done, read_json, stage_output, write_json
 from flows.train import train_flow
 from tasks.ablation import log_ablation
 from tasks.artifacts import publish_markdown, publish_table
-from tasks.common import initial_policy
+from tasks.policies import initial_policy
 from tasks.evaluate import learning_curve
 from tasks.paths import check_run_dir, check_run_name, lock_run_dir, run_dir_for, unlock_run_dir
-from tasks.strategic import evaluate_suite
+from tasks.game_eval import evaluate_suite
 from tasks.tracking import ensure_run, log_comparison, set_terminated, tracking_uri
 
 ABLATIONS = tuple(f"configs/ablations/{p}.yaml" for p in (
@@ -83,7 +83,7 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
                  private: str | None = None) -> dict:
     """Train each of `presets` (default: the four ablations) with the same `overlays` (e.g.
     configs/scales/smoke.yaml) and `overrides` (secrets masked, their values in the file
-    `private`: `mars_core.private`), as runs `<name>-<preset>`; evaluate on `eval_preset`
+    `private`: `mars_core.privacy.private`), as runs `<name>-<preset>`; evaluate on `eval_preset`
     (narrowed to `games`, `n` games per seat); log the table."""
     install_log_redaction()
     shown = list(overrides or [])
@@ -95,7 +95,7 @@ def compare_flow(presets: list[str] | None = None, overlays: list[str] | None = 
     folder = run_dir_for(runs_dir, f"{name}-compare", "--name")
     for label in labels:
         check_run_name(f"{name}-{label}", "a preset's run name (--name plus its file name)")
-    ecfg = load_strategic_config(eval_preset, games, None, n, None)
+    ecfg = load_game_eval_config(eval_preset, games, None, n, None)
     trained = {}
     for preset, label in zip(presets, labels):
         # the subflow's parameters are stored too: the masked overrides and the same file

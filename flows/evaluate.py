@@ -1,4 +1,5 @@
-"""The evaluation flows. The strategic-ability flow (MARS protocol), top to bottom:
+"""The evaluation flows. The game evaluation flow (the MARS strategic-ability protocol; Prefect
+flow `mars-eval-strategic`, its name kept for existing deployments), top to bottom:
 
     resolve the policy (embedded, a folder, models:/NAME@ALIAS, or a bot)
     play every game x opponent x seat, n games each (a game's games at once, model turns batched)
@@ -16,35 +17,36 @@ from prefect import flow
 from eval.benchmarks import SHIPPED, check_names
 from eval.mas import comparison_table, markdown
 from eval.systems import SYSTEMS, check_systems
-from mars_core.config import config_from_dict, load_strategic_config
-from mars_core.config_cluster import ClusterConfig
-from mars_core.private import reveal
-from mars_core.redact import install_log_redaction, redact, redact_text
-from mars_core.strength import per_game_normalized, radar_chart
-from mars_core.engines.chat import is_endpoint
+from mars_core.config import config_from_dict, load_game_eval_config
+from mars_core.config.base import former
+from mars_core.config.cluster import ClusterConfig
+from mars_core.privacy.private import reveal
+from mars_core.privacy.redact import install_log_redaction, redact, redact_text
+from mars_core.evaluation.game_eval import per_game_normalized, radar_chart
+from mars_core.engines.chat import BENCHMARK_SAMPLING, benchmark_sampling, is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
 from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
 from tasks.registry import version_of
-from tasks.strategic import evaluate_suite, resolve_policy
-from tasks.tracking import log_strategic
+from tasks.game_eval import evaluate_suite, resolve_policy
+from tasks.tracking import log_game_eval
 
 
 @flow(name="mars-eval-strategic", log_prints=True)
-def strategic_eval_flow(policy: str = "embedded",
-                        preset: str | None = "configs/eval/mars_strategic_quick.yaml",
-                        games: list[str] | None = None, opponents: list[str] | None = None,
-                        n: int | None = None, seed: int | None = None, out: str = "results.json",
-                        overrides: list[str] | None = None, tracking_uri: str | None = None,
-                        experiment: str = "mars-strategic-eval", runs_dir: str = "runs",
-                        private: str | None = None) -> dict:
+def game_eval_flow(policy: str = "embedded",
+                   preset: str | None = "configs/eval/mars_strategic_quick.yaml",
+                   games: list[str] | None = None, opponents: list[str] | None = None,
+                   n: int | None = None, seed: int | None = None, out: str = "results.json",
+                   overrides: list[str] | None = None, tracking_uri: str | None = None,
+                   experiment: str = "mars-strategic-eval", runs_dir: str = "runs",
+                   private: str | None = None) -> dict:
     """Evaluate `policy` on a preset (None: the full MARS suite), optionally narrowed to
     `games` / `opponents`; write `out` (a JSON list of records) and files beside it. Secrets
     in `overrides` and `tracking_uri` come masked, their values in the file `private`
-    (`mars_core.private`)."""
+    (`mars_core.privacy.private`)."""
     install_log_redaction()
     p = reveal(private, overrides=overrides or [], tracking_uri=tracking_uri)
     overrides, tracking_uri = p["overrides"], p["tracking_uri"]
-    cfg = load_strategic_config(preset, games, opponents, n, seed, overrides)
+    cfg = load_game_eval_config(preset, games, opponents, n, seed, overrides)
     model = resolve_policy(policy, tracking_uri, runs_dir)
     if version_of(model):
         print(f"{policy} is {version_of(model)['policy_model']} version "
@@ -65,9 +67,9 @@ def strategic_eval_flow(policy: str = "embedded",
     if tracking_uri:
         params = {"policy": policy, **version_of(model),  # the version an alias resolved to
                   "preset": preset or "mars (built in)", **cfg_params(cfg)}
-        run_id = log_strategic(tracking_uri, experiment, policy, params, records, files)
+        run_id = log_game_eval(tracking_uri, experiment, policy, params, records, files)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
-    publish_table(f"strategic-{policy}", records, f"strategic evaluation of {policy} "
+    publish_table(f"strategic-{policy}", records, f"game evaluation of {policy} "
                   f"({cfg.n} games per game, opponent and seat)", tracking_uri, run_id)
     return {"out": str(out_path), "records": len(records), "normalized": scores,
             "mlflow_run_id": run_id}
@@ -86,11 +88,12 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
                   systems: list[str] | None = None, benchmarks: list[str] | None = None,
                   limit: int | None = None, out: str = "mas_results.json",
                   data_dir: str | None = None, gpqa_path: str | None = None,
-                  max_tokens: int = 8192, seed: int = 0, batch_size: int = 32, bf16: str = "auto",
+                  max_new_tokens: int = BENCHMARK_SAMPLING.max_new_tokens, seed: int = 0,
+                  batch_size: int = 32, bf16: str = "auto",
                   tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
                   runs_dir: str = "runs", shards: int = 1, ray_address: str | None = None,
                   api_key_env: str | None = None, baseline_api_key_env: str | None = None,
-                  private: str | None = None) -> dict:
+                  private: str | None = None, max_tokens: int | None = None) -> dict:
     """Reasoning benchmarks inside multi-agent systems (the MARS paper's Table 1), top to
     bottom:
 
@@ -104,9 +107,12 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
 
     An endpoint's key comes from the environment variable `api_key_env` (the baseline's:
     `baseline_api_key_env`), sent as a bearer key. Credentials in `model`, `baseline` or
-    `tracking_uri` come masked, their values in the file `private` (`mars_core.private`), and
-    are masked in everything written (files, MLflow, Prefect artifacts, logs).
+    `tracking_uri` come masked, their values in the file `private` (`mars_core.privacy.private`), and
+    are masked in everything written (files, MLflow, Prefect artifacts, logs). `max_tokens`:
+    the former name of `max_new_tokens` (deployments made before the rename), accepted with a
+    deprecation note until the next release.
     """
+    max_new_tokens = former(max_tokens, "max_tokens", max_new_tokens, "max_new_tokens")
     install_log_redaction()
     p = reveal(private, model=model, baseline=baseline, tracking_uri=tracking_uri)
     model, baseline, tracking_uri = p["model"], p["baseline"], p["tracking_uri"]
@@ -129,14 +135,14 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         local = spec if is_endpoint(spec) else resolve_policy(spec, tracking_uri, runs_dir)
         reports.append(evaluate_mas(label, local, systems, benchmarks, str(records),
                                     limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
-                                    max_tokens=max_tokens, seed=seed, batch_size=batch_size,
+                                    max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                                     bf16=bf16, cluster=cluster, api_key_env=keys[label]))
         reports[-1]["model"] = redact_text(spec)
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "baseline" if baseline else None)
     config = {"model": shown, "baseline": shown_baseline or "", "systems": ",".join(systems),
-              "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
-              "temperature": 0.6, "top_p": 0.95, "top_k": 20, "seed": seed}
+              "benchmarks": ",".join(benchmarks), "limit": limit,
+              **benchmark_sampling(max_new_tokens), "seed": seed}
     write_results(out_path, config, reports, table)
     table_md = out_path.with_name(out_path.stem + "_table.md")
     table_md.write_text(markdown(table))
@@ -157,7 +163,8 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
 def harness_eval_flow(model: str = "embedded", benchmarks: list[str] | None = None,
                       limit: int | None = None, out: str = "harness_results.json",
                       data_dir: str | None = None, gpqa_path: str | None = None,
-                      max_tokens: int = 8192, seed: int = 0, batch_size: int = 8,
+                      max_new_tokens: int = BENCHMARK_SAMPLING.max_new_tokens, seed: int = 0,
+                      batch_size: int = 8,
                       tracking_uri: str | None = None, experiment: str = "mars-mas-eval",
                       runs_dir: str = "runs", private: str | None = None) -> dict:
     """The single-agent numbers through lm-evaluation-harness (the `eval` extra): resolve the
@@ -170,7 +177,7 @@ def harness_eval_flow(model: str = "embedded", benchmarks: list[str] | None = No
     benchmarks = benchmarks or list(SHIPPED)
     check_names(benchmarks, gpqa_path)
     local = model if is_endpoint(model) else resolve_policy(model, tracking_uri, runs_dir)
-    result = evaluate_harness(local, benchmarks, limit=limit, max_tokens=max_tokens,
+    result = evaluate_harness(local, benchmarks, limit=limit, max_new_tokens=max_new_tokens,
                               batch_size=batch_size, data_dir=data_dir, gpqa_path=gpqa_path,
                               seed=seed)
     result["model"] = redact_text(model)

@@ -2,10 +2,10 @@
 
     look up both aliases of the registered model (nothing to do when they are one version)
     answer the reasoning suite (systems x benchmarks, `limit` questions each) with both
-    play the strategic suite with both (when a preset is given)
+    play the game evaluation suite with both (when a preset is given)
     an arena round: candidate, champion, the base model and the preset's bots (TrueSkill
         leaderboard, logged as its own run in `mars-nightly` and beside the comparison)
-    compare: paired difference on the same questions, strategic difference, Table 1 layout
+    compare: paired difference on the same questions, game evaluation difference, Table 1 layout
     log the comparison to MLflow (experiment `mars-nightly`)
     move `champion` to the candidate when it wins by more than the confidence interval
         (or when the registry answers that there is no champion yet): `promotion`, whose
@@ -24,14 +24,15 @@ from prefect import flow
 
 from eval.benchmarks import SHIPPED, check_names
 from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
-                      strategic_difference)
+                      game_eval_difference)
 from eval.systems import SYSTEMS, Result, check_systems
-from mars_core.config import load_strategic_config
+from mars_core.config import load_game_eval_config
+from mars_core.config.base import former
 from flows.arena import arena_flow
 from mars_core.arena.config import load_arena_config
 from tasks.artifacts import publish_markdown
 from tasks.mas import evaluate_mas, log_mas, write_results
-from tasks.strategic import evaluate_suite, resolve_policy
+from tasks.game_eval import evaluate_suite, resolve_policy
 from tasks.registry import RegistryError, alias_version, set_alias
 from tasks.tracking import _metric_key
 from tasks.tracking import tracking_uri as local_store
@@ -41,16 +42,25 @@ from tasks.tracking import tracking_uri as local_store
 def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str = "candidate",
                       champion: str = "champion", systems: list[str] | None = None,
                       benchmarks: list[str] | None = None, limit: int = 20,
-                      max_tokens: int = 1024,
-                      strategic_preset: str | None = "configs/eval/mars_strategic_quick.yaml",
-                      strategic_n: int | None = None,
+                      max_new_tokens: int = 1024,
+                      game_eval_preset: str | None = "configs/eval/mars_strategic_quick.yaml",
+                      game_eval_n: int | None = None,
                       arena_preset: str | None = "configs/arena/nightly.yaml",
                       base_model: str | None = "embedded", promote: bool = True,
                       data_dir: str | None = None, gpqa_path: str | None = None,
                       batch_size: int = 32, seed: int = 0, tracking_uri: str | None = None,
-                      runs_dir: str = "runs", out_dir: str = "runs/nightly") -> dict:
+                      runs_dir: str = "runs", out_dir: str = "runs/nightly",
+                      max_tokens: int | None = None, strategic_preset: str | None = None,
+                      strategic_n: int | None = None) -> dict:
     """Evaluate `candidate` against `champion` of `registered_model` and promote on a win
-    (see the module docstring). `tracking_uri` defaults to the local store of `runs_dir`."""
+    (see the module docstring). `tracking_uri` defaults to the local store of `runs_dir`.
+    `max_tokens`, `strategic_preset`, `strategic_n`: the former names of `max_new_tokens`,
+    `game_eval_preset`, `game_eval_n` (deployments made before the rename), accepted with a
+    deprecation note until the next release."""
+    max_new_tokens = former(max_tokens, "max_tokens", max_new_tokens, "max_new_tokens")
+    game_eval_preset = former(strategic_preset, "strategic_preset", game_eval_preset,
+                              "game_eval_preset")
+    game_eval_n = former(strategic_n, "strategic_n", game_eval_n, "game_eval_n")
     systems, benchmarks = systems or list(SYSTEMS), benchmarks or list(SHIPPED)
     check_systems(systems)
     check_names(benchmarks, gpqa_path)
@@ -69,13 +79,13 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
                                    runs_dir) for label in labels}
     reports = [evaluate_mas(label, local[label], systems, benchmarks, str(folder / "records"),
                             limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
-                            max_tokens=max_tokens, seed=seed, batch_size=batch_size)
+                            max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
                for label in labels]
     for rep in reports:
         rep["model"] = f"models:/{registered_model}/{versions[rep['label']]}"
     strategic = {}
-    if strategic_preset:
-        cfg = load_strategic_config(strategic_preset, None, None, strategic_n, seed)
+    if game_eval_preset:
+        cfg = load_game_eval_config(game_eval_preset, None, None, game_eval_n, seed)
         strategic = {label: evaluate_suite(cfg, label, local[label])["records"]
                      for label in labels}
     arena = _arena_round(arena_preset, local, base_model, folder, store, runs_dir)
@@ -94,8 +104,8 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
              "decision": {"promote": promoted, "reason": why}}
     config = {"registered_model": registered_model, "candidate": candidate,
               "champion": champion, "systems": ",".join(systems),
-              "benchmarks": ",".join(benchmarks), "limit": limit, "max_tokens": max_tokens,
-              "strategic_preset": strategic_preset or "", "strategic_n": strategic_n,
+              "benchmarks": ",".join(benchmarks), "limit": limit, "max_new_tokens": max_new_tokens,
+              "game_eval_preset": game_eval_preset or "", "game_eval_n": game_eval_n,
               "arena_preset": arena_preset or "", "base_model": base_model or "", "seed": seed}
     write_results(out, config, reports, table, json.loads(json.dumps(extra, default=str)))
     (folder / "table.md").write_text(markdown(table))
@@ -129,17 +139,17 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
 def promotion(candidate: list[Result], champion: list[Result] | None,
               strategic: dict[str, list[dict]] | None = None
               ) -> tuple[dict | None, dict | None, bool, str]:
-    """(reasoning difference, strategic difference, promote?, reason) for the candidate's and
-    the champion's reasoning records (None: no champion yet, promote) and strategic records
+    """(reasoning difference, game evaluation difference, promote?, reason) for the candidate's
+    and the champion's reasoning records (None: no champion yet, promote) and game records
     (`{"candidate": [...], "champion": [...]}`, when that suite was played). Both differences
     carry small-sample 95% intervals (`eval.mas`: Student's t with a variance floor for bounded
     outcomes, so 4 questions out of 4 won is no win); the candidate is promoted only when the
-    reasoning interval lies above 0 and the strategic one does not lie below 0 (`decide`), and
+    reasoning interval lies above 0 and the game one does not lie below 0 (`decide`), and
     the reason names those intervals."""
     if champion is None:
         return None, None, *decide(None, None)
     mas = paired_difference(candidate, champion)
-    strat = (strategic_difference(strategic["candidate"], strategic["champion"])
+    strat = (game_eval_difference(strategic["candidate"], strategic["champion"])
              if strategic else None)
     return mas, strat, *decide(mas, strat)
 
@@ -154,7 +164,7 @@ def _arena_round(preset: str | None, local: dict[str, str], base_model: str | No
     agents += [f"{label}={path}" for label, path in local.items()]
     if base_model:
         agents.append(f"base={base_model}")
-    from mars_core.private import withheld
+    from mars_core.privacy.private import withheld
 
     with withheld(tracking_uri=store) as hidden:  # a store's password is no subflow parameter
         result = arena_flow(preset=preset, agents=agents, out=str(folder / "arena.json"),

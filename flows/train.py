@@ -10,7 +10,7 @@
 
 Every stage is resumable: running the flow again on the same run directory skips finished
 stages and continues at the first unfinished one. Which folders each stage reads:
-`mars_core.layout.STAGE_INPUTS` and `EARLIER_INPUTS` (drawn in docs/dag.md).
+`mars_core.run.layout.STAGE_INPUTS` and `EARLIER_INPUTS` (drawn in docs/dag.md).
 """
 from __future__ import annotations
 
@@ -19,14 +19,16 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.config import load_config
-from mars_core.private import reveal
-from mars_core.redact import install_log_redaction
-from mars_core.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
-                              input_dir)
+from mars_core.privacy.private import reveal
+from mars_core.privacy.redact import install_log_redaction
+from mars_core.run.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
+                                  input_dir)
 from tasks.artifacts import Progress, publish_markdown, publish_table
 from tasks.batching import bank_episodes, build_batch, compute_advantages
-from tasks.common import check_finished_stages, initial_policy, shutdown_engines
-from tasks.evaluate import compare_strength, evaluate, evaluation_records, learning_curve
+from tasks.policies import initial_policy
+from tasks.stage_runner import check_finished_stages
+from tasks.vllm_launch import shutdown_engines
+from tasks.evaluate import compare_start_final, evaluate, evaluation_records, learning_curve
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
@@ -54,7 +56,7 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     """Train (or resume) the run `runs_dir/run_name` with the preset `config`, the `overlays`
     merged on top (e.g. configs/scales/smoke.yaml) and then the `key=value` overrides (an
     override holding a secret comes masked, its value in the file `private`:
-    `mars_core.private`)."""
+    `mars_core.privacy.private`)."""
     install_log_redaction()
     overrides = reveal(private, overrides=overrides or [])["overrides"]
     cfg = load_config(config, overrides, overlays=overlays or [])
@@ -88,7 +90,7 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
 
 
 def _iterations(run_dir: str, cfg) -> dict:
-    """The run's stages in the order of `mars_core.layout.STAGES` (init, each iteration, final);
+    """The run's stages in the order of `mars_core.run.layout.STAGES` (init, each iteration, final);
     each task skips its stage when the stage's folder is already committed (a resume)."""
     name = Path(run_dir).name
     prepare_policy(run_dir)
@@ -104,12 +106,12 @@ def _iterations(run_dir: str, cfg) -> dict:
         print(summary_line(k, n, last))
         progress.update(k + 1)
     version = register_final(run_dir)
-    strength = compare_strength(run_dir) if every and cfg.evaluation.at_start else ""
+    strength = compare_start_final(run_dir) if every and cfg.evaluation.at_start else ""
     return {"model_version": version, "strength": strength, **last}
 
 
 def _iteration(run_dir: str, k: int, evaluated: bool) -> dict:
-    """Iteration k, stage by stage (`mars_core.layout.ITERATION_STAGES`; the folders each
+    """Iteration k, stage by stage (`mars_core.run.layout.ITERATION_STAGES`; the folders each
     stage reads: `STAGE_INPUTS`); the stages' metrics merged, a later key winning."""
     metrics: dict = {}
     metrics |= generate_rollouts(run_dir, k)

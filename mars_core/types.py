@@ -7,8 +7,11 @@ field (never parsed out of an id). Episodes are stored as Parquet with polars, o
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 import polars as pl
+
+from mars_core.vocab import ErrorType, FinishReason, GateReason, as_member
 
 
 @dataclass(frozen=True)
@@ -30,20 +33,28 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Completion:
     """One sampled reply: its token ids, the log-prob of each sampled token under the sampling
-    distribution, the decoded text and why sampling stopped ("stop": end of sequence or a stop
-    string, "length": cut off at max_new_tokens)."""
+    distribution, the decoded text and why sampling stopped (`FinishReason`: STOP at the end
+    of sequence or a stop string, LENGTH cut off at max_new_tokens, CONTEXT_OVERFLOW when the
+    prompt left no room)."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     text: str
-    finish_reason: str
+    finish_reason: FinishReason
+
+    def __post_init__(self):
+        object.__setattr__(self, "finish_reason", FinishReason(self.finish_reason))
 
 
 @dataclass(frozen=True)
 class Turn:
     """One move of one seat. `prompt_ids`/`completion_ids`/`logprobs` are empty for bot turns.
     `reward` is the total per-turn reward after `assign_rewards`; the parts stay visible in
-    `game_reward`, `format_reward` and `length_reward`."""
+    `game_reward`, `format_reward` and `length_reward`.
+
+    `error`, `gate_reason` and `finish_reason` hold members of their vocabularies
+    (`mars_core.vocab`) or "" (none); a word outside them is a ValueError, so a misspelt
+    reason never reaches Parquet. Members are `str`s: the files keep the plain words."""
 
     episode_id: str
     game: str
@@ -62,17 +73,25 @@ class Turn:
     top_k: int = 0
     min_p: float = 0.0
     reply: str = ""
+    # why the model's sampling stopped ("" on a bot's turn); `finish_reason.cut_off` is the
+    # flag for a reply that a length limit ended
+    finish_reason: FinishReason | Literal[""] = ""
     action: str = ""  # the extracted action string ("" when invalid)
     valid: bool = True
-    error: str = ""  # "", "parsing_failure" or "invalid_action" (games.base)
-    error_detail: str = ""  # what was wrong, one line (e.g. "truncated: ...")
+    error: ErrorType | Literal[""] = ""  # why the reply is not a move ("" when it is one)
+    error_detail: str = ""  # what was wrong, one line for people (never parsed)
     info: str = ""  # JSON: the step's game facts (a round's result, a guess's colour, ...)
     eligible: bool = True  # set by filter_steps: whether the step may be trained on
-    gate_reason: str = ""  # why it may not (filter_steps' reason names)
+    gate_reason: GateReason | Literal[""] = ""  # why it may not ("" when eligible)
     game_reward: float = 0.0
     format_reward: float = 0.0
     length_reward: float = 0.0
     reward: float = 0.0
+
+    def __post_init__(self):
+        for name, enum in (("error", ErrorType), ("gate_reason", GateReason),
+                           ("finish_reason", FinishReason)):
+            object.__setattr__(self, name, as_member(enum, getattr(self, name), f"Turn.{name}"))
 
 
 @dataclass(frozen=True)
@@ -88,9 +107,12 @@ class Episode:
     returns: tuple[float, ...]
     outcomes: tuple[str, ...]
     error_player: int = -1  # the seat whose invalid reply ended the game, -1 if none
-    error: str = ""
+    error: ErrorType | Literal[""] = ""  # what was wrong with that reply
     info: str = ""  # JSON: the finished game's facts (teams, scores, roles) for post-processing
     turns: tuple[Turn, ...] = field(default=())
+
+    def __post_init__(self):
+        object.__setattr__(self, "error", as_member(ErrorType, self.error, "Episode.error"))
 
 
 TURN_SCHEMA = {
@@ -98,7 +120,8 @@ TURN_SCHEMA = {
     "role": pl.Utf8, "agent": pl.Utf8, "observation": pl.Utf8,
     "prompt_ids": pl.List(pl.Int64), "completion_ids": pl.List(pl.Int64),
     "logprobs": pl.List(pl.Float64), "temperature": pl.Float64, "top_p": pl.Float64,
-    "top_k": pl.Int64, "min_p": pl.Float64, "reply": pl.Utf8, "action": pl.Utf8,
+    "top_k": pl.Int64, "min_p": pl.Float64, "reply": pl.Utf8, "finish_reason": pl.Utf8,
+    "action": pl.Utf8,
     "valid": pl.Boolean, "error": pl.Utf8, "error_detail": pl.Utf8, "info": pl.Utf8,
     "eligible": pl.Boolean, "gate_reason": pl.Utf8, "game_reward": pl.Float64,
     "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,

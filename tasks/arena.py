@@ -12,11 +12,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.arena.schedule import Match
-from mars_core.config_cluster import ClusterConfig
-from mars_core.layout import CONFIG_FILE, checkpoint_dir, iter_dir, iter_name, start_model_dir
-from mars_core.rollout import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
+from mars_core.config.cluster import ClusterConfig
+from mars_core.run.layout import CONFIG_FILE, checkpoint_dir, iter_dir, iter_name, start_model_dir
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode
-from tasks.common import bf16_wanted
+from tasks.engine_factory import bf16_wanted
 from tasks.registry import local_model
 from tasks.tracking import _metric_key, log_one_run
 from tasks.shards import run_shards, shard_slices

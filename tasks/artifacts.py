@@ -6,7 +6,7 @@ across runs (the UI's Artifacts page shows the latest and the versions before it
 here never decides a run's outcome: a result that is saved and tracked is not lost because
 the Prefect API refused its artifact, so a failure is printed as one warning line.
 
-Keys, titles, descriptions, cells and links are redacted (`mars_core.redact`): an endpoint's
+Keys, titles, descriptions, cells and links are redacted (`mars_core.privacy.redact`): an endpoint's
 or a tracking server's URL credentials never reach the Prefect API.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from uuid import UUID
 
 from mlflow import MlflowClient
 
-from mars_core.redact import redact, redact_text
+from mars_core.privacy.redact import redact, redact_text
 
 MLFLOW_UI = "MARS_MLFLOW_UI_URL"  # where users open MLflow when tracking to a local store
 DEFAULT_UI = "http://127.0.0.1:5000"  # `make mlflow-ui` / `mars services`

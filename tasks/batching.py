@@ -7,7 +7,7 @@ stay out) to the episodes bank, `runs/<run>/bank/iter_<k>.parquet`. `build_batch
 training batch from the bank's last `batching.window` iterations (round-robin by game, reward
 bins, per-episode cap; steps of earlier batches excluded unless `batching.reuse`) and logs its
 composition. `compute_advantages` runs the configured estimator's record on the batch
-(`mars_core.estimators`); a stateful one (RAE) gets its state from the policy's checkpoint and
+(`mars_core.advantages.estimators`); a stateful one (RAE) gets its state from the policy's checkpoint and
 its updated state is written out, which `train_step` saves into the next checkpoint, so a
 resumed run continues it exactly.
 """
@@ -19,16 +19,17 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.bank import bank_add, bank_read, trainable_steps
-from mars_core.batching import build_batch as draw, composition_metrics, with_step_ids
-from mars_core.checkpoint import ESTIMATOR_STATE, load_estimator_state
-from mars_core.estimators import estimator
-from mars_core.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
-                              BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
-                              SAVE_CHECKPOINT, TURNS_FILE, input_dir)
-from mars_core.seeds import Stream
-from mars_core.stages import write_json
-from tasks.common import PUBLISH_RETRY, derive_seed, run_stage
+from mars_core.batching.bank import bank_add, bank_read, trainable_turns
+from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composition_metrics,
+                                       with_turn_ids)
+from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
+from mars_core.advantages.estimators import estimator
+from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
+                                  BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
+                                  SAVE_CHECKPOINT, TURNS_FILE, input_dir)
+from mars_core.run.seeds import Stream
+from mars_core.run.commit import write_json
+from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 
 
@@ -40,12 +41,12 @@ def bank_dir(run_dir: str) -> Path:
 def bank_episodes(run_dir: str, k: int) -> dict:
     """Iteration k's trainable policy steps into the episodes bank (idempotent on resume): the
     eligible ones with completion tokens, carrying the rewards of those without (a context
-    overflow's penalty lands on the seat's last trainable turn, `trainable_steps`)."""
+    overflow's penalty lands on the seat's last trainable turn, `trainable_turns`)."""
     def body(out: Path) -> dict:
         rewarded = input_dir(run_dir, k, reader=BANK_EPISODES, stage=ASSIGN_REWARDS)
         turns = pl.read_parquet(rewarded / TURNS_FILE)
-        steps, counts = trainable_steps(turns)
-        steps = with_step_ids(steps)
+        steps, counts = trainable_turns(turns)
+        steps = with_turn_ids(steps)
         path = bank_add(bank_dir(run_dir), k, steps)
         write_json(out / BANK_FILE, {"part": str(path), "steps": len(steps), **counts})
         return {"bank/steps_added": float(len(steps)),
@@ -70,10 +71,12 @@ def build_batch(run_dir: str, k: int) -> dict:
         if not b.reuse:
             for j in range(first, k):
                 drawn = input_dir(run_dir, k, reader=BUILD_BATCH, stage=BUILD_BATCH, at=j)
-                used |= set(pl.read_parquet(drawn / BATCH_FILE, columns=["step_id"])["step_id"])
+                ids = "turn_id" if "turn_id" in pl.read_parquet_schema(drawn / BATCH_FILE) \
+                    else FORMER_ID  # a batch drawn before the rename
+                used |= set(pl.read_parquet(drawn / BATCH_FILE, columns=[ids])[ids])
         batch, comp = draw(pool, unit=b.unit, size=b.size,
                            seed=derive_seed(cfg, Stream.BATCHING, k),
-                           max_steps_per_episode=b.max_steps_per_episode,
+                           max_turns_per_episode=b.max_turns_per_episode,
                            reward_bins=b.reward_bins, exclude=used)
         batch.write_parquet(out / BATCH_FILE)
         write_json(out / COMPOSITION_FILE, comp)
@@ -102,7 +105,7 @@ def compute_advantages(run_dir: str, k: int) -> dict:
         if a.drop_zero_advantage:
             metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
             with_adv = with_adv.filter(pl.col("advantage") != 0)
-        samples = with_adv.select("step_id", "episode_id", "game", "player", "role", "turn",
+        samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
                                   "reward", "advantage", "prompt_ids", "completion_ids",
                                   "logprobs", "temperature")
         samples.write_parquet(out / SAMPLES_FILE)

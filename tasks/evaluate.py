@@ -1,5 +1,5 @@
 """Task: the policy against each training game's evaluation opponents in every seat (the same
-code as `mars eval strategic`), logged to a nested MLflow run. Every evaluation of a run plays
+code as `mars eval games`), logged to a nested MLflow run. Every evaluation of a run plays
 the same deals (one game seed for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core.games.opponents import check_suite
-from mars_core.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
-                              STRENGTH_MD, input_dir, read_episodes, stage_dir, write_episodes)
-from mars_core.reports import transcript
-from mars_core.rollout import RolloutStats, play_episodes
-from mars_core.seeds import Stream
-from mars_core.stages import is_done, read_json, write_json
-from mars_core.strength import strength_markdown, strength_rows, suite_records, suite_specs
+from mars_core.run.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
+                                  STRENGTH_MD, input_dir, read_episodes, stage_dir, write_episodes)
+from mars_core.rollout.reports import transcript
+from mars_core.rollout.play import RolloutStats, play_episodes
+from mars_core.run.seeds import Stream
+from mars_core.run.commit import is_done, read_json, write_json
+from mars_core.evaluation.game_eval import (paired_markdown, paired_rows, suite_records,
+                                           suite_specs)
 from mars_core.vocab import POLICY
-from tasks.common import PUBLISH_RETRY, derive_seed, make_engine, prompt_builder, run_stage, sampling
+from tasks.engine_factory import make_engine, prompt_builder, sampling
+from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
-from tasks.rollout import play_shard, sharded_episodes
+from tasks.game_shards import play_shard, sharded_episodes
 from tasks.shards import drop_shards, shard_slices
 from tasks.tracking import log_metrics_once, nested_run, set_terminated
 
@@ -125,7 +127,7 @@ def learning_curve(run_dir: str) -> list[dict]:
 
 
 @task(cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def compare_strength(run_dir: str) -> str:
+def compare_start_final(run_dir: str) -> str:
     """The start policy against the final checkpoint on the same deals (`final/strength/`):
     each one's normalized return with its 95% interval and their paired difference, per game
     and opponent; logged as `strength/<game>/<opponent>/{start,final,diff,diff_ci95}` and the
@@ -136,10 +138,10 @@ def compare_strength(run_dir: str) -> str:
     def body(out: Path) -> dict:
         start = input_dir(run_dir, FINAL, reader=STRENGTH, stage=EVALUATE, at=INIT)
         final = input_dir(run_dir, FINAL, reader=STRENGTH, stage=EVALUATE, at=last)
-        rows = strength_rows({"start": read_episodes(start), "final": read_episodes(final)},
+        rows = paired_rows({"start": read_episodes(start), "final": read_episodes(final)},
                              "start")
         write_json(out / STRENGTH_JSON, rows)
-        (out / STRENGTH_MD).write_text(strength_markdown(rows, "start"))
+        (out / STRENGTH_MD).write_text(paired_markdown(rows, "start"))
         start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}
         metrics = {}
         for r in (r for r in rows if r["policy"] == "final"):

@@ -13,10 +13,10 @@ from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load, source_of
 from eval.mas import read_records, run_suite, summarize, wilson, write_records
-from mars_core.config_cluster import ClusterConfig
-from mars_core.engines.chat import ChatParams, is_endpoint
-from mars_core.redact import redact, redact_text
-from tasks.common import bf16_wanted
+from mars_core.config.cluster import ClusterConfig
+from mars_core.engines.chat import BENCHMARK_SAMPLING, ChatParams, is_endpoint
+from mars_core.privacy.redact import redact, redact_text
+from tasks.engine_factory import bf16_wanted
 from tasks.shards import run_shards, shard_slices
 from tasks.tracking import _metric_key, log_one_run
 from tasks.traces import log_conversation_traces
@@ -46,7 +46,7 @@ def _shard_name() -> str:
 
 @task(task_run_name=_shard_name, cache_policy=NO_CACHE)
 def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int | None,
-              data_dir: str | None, gpqa_path: str | None, max_tokens: int, seed: int,
+              data_dir: str | None, gpqa_path: str | None, max_new_tokens: int, seed: int,
               batch_size: int, bf16: str, start: int, stop: int,
               api_key_env: str | None = None) -> tuple[str, list]:
     """Questions `start`..`stop` of the suite (loaded here, on whichever machine runs it)
@@ -54,14 +54,14 @@ def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int 
     questions = [q for name in benchmarks for q in load(name, data_dir, limit, gpqa_path)]
     engine = chat_engine(model, batch_size, bf16, api_key_env)
     return engine.name, run_suite(engine, systems, questions[start:stop],
-                                  ChatParams(max_tokens=max_tokens, seed=seed),
+                                  ChatParams(max_new_tokens=max_new_tokens, seed=seed),
                                   max_batch=max(batch_size * 8, 1), progress=print)
 
 
 @task(cache_policy=NO_CACHE)
 def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[str],
                  out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
-                 gpqa_path: str | None = None, max_tokens: int = 8192, seed: int = 0,
+                 gpqa_path: str | None = None, max_new_tokens: int = BENCHMARK_SAMPLING.max_new_tokens, seed: int = 0,
                  batch_size: int = 32, bf16: str = "auto",
                  cluster: ClusterConfig | None = None, api_key_env: str | None = None) -> dict:
     """Every system on every benchmark with one model (loaded once); per-question records and
@@ -76,7 +76,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
     cluster = cluster or ClusterConfig()
     started = time.perf_counter()
     shard = {"model": model, "systems": systems, "benchmarks": benchmarks, "limit": limit,
-             "data_dir": data_dir, "gpqa_path": gpqa_path, "max_tokens": max_tokens,
+             "data_dir": data_dir, "gpqa_path": gpqa_path, "max_new_tokens": max_new_tokens,
              "seed": seed, "batch_size": batch_size, "bf16": bf16, "api_key_env": api_key_env}
     if cluster.sharded and len(questions) > 1:
         parts = run_shards(mas_shard, [shard | {"start": r.start, "stop": r.stop} for r in
@@ -169,7 +169,7 @@ def write_results(out: Path, config: dict, reports: list[dict], table: list[dict
 
 
 @task(cache_policy=NO_CACHE)
-def evaluate_harness(model: str, benchmarks: list[str], *, limit: int | None, max_tokens: int,
+def evaluate_harness(model: str, benchmarks: list[str], *, limit: int | None, max_new_tokens: int,
                      batch_size: int, data_dir: str | None, gpqa_path: str | None,
                      seed: int) -> dict:
     """lm-evaluation-harness on our benchmark files (eval/harness.py), against a local model
@@ -181,7 +181,7 @@ def evaluate_harness(model: str, benchmarks: list[str], *, limit: int | None, ma
     url, _, name = model.partition("#")
     where = ({"base_url": url, "served_model": name or None} if is_endpoint(model)
              else {"model_dir": model})
-    result = run_harness(benchmarks, limit=limit, max_tokens=max_tokens, batch_size=batch_size,
+    result = run_harness(benchmarks, limit=limit, max_new_tokens=max_new_tokens, batch_size=batch_size,
                          data_dir=data_dir, gpqa_path=gpqa_path, seed=seed, **where)
     for bench, r in result["benchmarks"].items():
         lo, hi = wilson(round(r["accuracy"] * r["n"]), r["n"])

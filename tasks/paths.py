@@ -1,4 +1,4 @@
-"""Who may use a run folder, its config and its identity (the folder's layout: `mars_core.layout`).
+"""Who may use a run folder, its config and its identity (the folder's layout: `mars_core.run.layout`).
 
 Run names are plain (letters, digits, `.`, `_`, `-`), and one
 process at a time holds a run folder's lock (`.lock`, an advisory `flock`: the kernel drops it
@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 
 from mars_core.config import Config, ConfigError, config_diff, dump_config, load_config
-from mars_core.layout import CONFIG_FILE, LOCK_FILE, PRIVATE_CONFIG_FILE, RUN_KEY_FILE
-from mars_core.stages import read_json, write_json
+from mars_core.run.layout import CONFIG_FILE, LOCK_FILE, PRIVATE_CONFIG_FILE, RUN_KEY_FILE
+from mars_core.run.commit import read_json, write_json
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # whole name: use fullmatch
 
 
@@ -44,7 +44,7 @@ def run_dir_for(runs_dir: str | Path, name: str, what: str = "--run-name") -> Pa
 
 
 # The configs this process was given, by run folder: they hold the real secrets, which
-# config.yaml does not (mars_core.redact). Tasks in this process read these.
+# config.yaml does not (mars_core.privacy.redact). Tasks in this process read these.
 _LIVE: dict[str, Config] = {}
 
 

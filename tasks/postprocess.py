@@ -17,10 +17,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mars_core import postprocess as pp
-from mars_core.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS, GENERATE_ROLLOUTS,
-                              PLAYERS_FILE, input_dir, read_episodes, write_episodes)
+from mars_core.run.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS, GENERATE_ROLLOUTS,
+                                  PLAYERS_FILE, input_dir, read_episodes, write_episodes)
 from mars_core.vocab import POLICY
-from tasks.common import PUBLISH_RETRY, run_stage
+from tasks.stage_runner import PUBLISH_RETRY, run_stage
 from tasks.paths import read_config
 
 

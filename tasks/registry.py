@@ -19,11 +19,11 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from mars_core.layout import REGISTERED_FILE
-from mars_core.manifest import MANIFEST, ManifestError, verify_manifest, write_manifest
-from mars_core.models import default_cache_dir, resolve_spec
-from mars_core.redact import redact_text
-from mars_core.stages import fault_point, read_json, write_json
+from mars_core.run.layout import REGISTERED_FILE
+from mars_core.models.manifest import MANIFEST, ManifestError, verify_manifest, write_manifest
+from mars_core.models.weights import default_cache_dir, resolve_spec
+from mars_core.privacy.redact import redact_text
+from mars_core.run.commit import fault_point, read_json, write_json
 from tasks.paths import run_key
 from tasks.tracking import (TrackingError, _transient, client_for, code_tags, ensure_run,
                             git_state, retrying, tracking_uri)
@@ -107,7 +107,7 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
 
 def local_model(spec: str, tracking: str | None, runs_dir: str | Path) -> str | None:
     """A local model folder for a policy's or an agent's spec, None for a bot
-    (`mars_core.models.resolve_spec`): `models:/NAME@ALIAS` comes from the registry at
+    (`mars_core.models.weights.resolve_spec`): `models:/NAME@ALIAS` comes from the registry at
     `tracking`, else from the local store of `runs_dir` that `mars train` registers into."""
     return resolve_spec(spec, registry=lambda uri: download_registered(
         uri, tracking or tracking_uri(Path(runs_dir)), default_cache_dir()))

@@ -17,10 +17,10 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core.layout import (ADVANTAGES_FILE, ASSIGN_REWARDS, COMPUTE_ADVANTAGES, REPLAYS,
-                              SAMPLES_FILE, input_dir, iter_name, write_episodes)
-from mars_core.replay import ReplayEpisode, load_stage, pick_spread, write_replays
-from tasks.common import PUBLISH_RETRY, run_stage
+from mars_core.run.layout import (ADVANTAGES_FILE, ASSIGN_REWARDS, COMPUTE_ADVANTAGES, REPLAYS,
+                                  SAMPLES_FILE, input_dir, iter_name, write_episodes)
+from mars_core.viewer.replay import ReplayEpisode, load_stage, pick_spread, write_replays
+from tasks.stage_runner import PUBLISH_RETRY, run_stage
 from tasks.paths import read_config
 
 

@@ -19,12 +19,12 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from mars_core import offline
+from mars_core.run import offline
 from mars_core.config import dump_private_config
-from mars_core.layout import PRIVATE_CONFIG_FILE, shard_folder, shards_dir
-from mars_core.config_cluster import ClusterConfig
-from mars_core.private import write_private
-from mars_core.redact import install_log_redaction, redact_env
+from mars_core.run.layout import PRIVATE_CONFIG_FILE, shard_folder, shards_dir
+from mars_core.config.cluster import ClusterConfig
+from mars_core.privacy.private import write_private
+from mars_core.privacy.redact import install_log_redaction, redact_env
 
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
@@ -76,7 +76,7 @@ def worker_env(cluster: ClusterConfig) -> dict[str, str]:
 def runtime_env(cluster: ClusterConfig) -> dict:
     """Ray's runtime env for the shard workers. Ray shows a job's runtime env in its dashboard
     and state API and writes it to its logs, so `env_vars` holds only the variables redaction
-    leaves as they are (`mars_core.redact.ENV_ALLOW`, URLs without credentials); the others
+    leaves as they are (`mars_core.privacy.redact.ENV_ALLOW`, URLs without credentials); the others
     (a `cluster.ray.env` HF_TOKEN, a tracking URI with a password) are set in each worker by
     its setup hook, which Ray pickles into its cluster store, not into the runtime env. (The
     Prefect API's credentials travel with each task, in prefect-ray's task context.)"""

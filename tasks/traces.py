@@ -44,7 +44,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from eval.mas import read_records
 from mars_core.games.opponents import is_bot
-from mars_core.redact import redact, redact_text
+from mars_core.privacy.redact import redact, redact_text
 from mars_core.types import Episode
 
 _logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def _tracer():
 
 
 def _build(spec: TraceSpec, experiment_id: str, run_id: str | None):
-    """The MLflow TraceInfo and spans of one TraceSpec, secrets masked (`mars_core.redact`:
+    """The MLflow TraceInfo and spans of one TraceSpec, secrets masked (`mars_core.privacy.redact`:
     an endpoint's URL credentials in a model's name or an error)."""
     spec = _redacted(spec)
     tracer = _tracer()

@@ -23,9 +23,9 @@ from mlflow.entities import Metric, Param, RunTag
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
                       wait_exponential)
 
-from mars_core.layout import CONFIG_FILE, RUN_FILE
-from mars_core.redact import redact, redact_text
-from mars_core.stages import fault_point, read_json, write_json
+from mars_core.run.layout import CONFIG_FILE, RUN_FILE
+from mars_core.privacy.redact import redact, redact_text
+from mars_core.run.commit import fault_point, read_json, write_json
 from tasks.paths import read_config, run_key
 
 # MLflow errors that no retry can fix (a bad request, a missing or duplicate resource)
@@ -51,7 +51,7 @@ def _transient(e: BaseException) -> bool:
 
 
 def as_params(params: dict) -> list[Param]:
-    """MLflow params with every secret masked (mars_core.redact), values cut to 6,000 chars."""
+    """MLflow params with every secret masked (mars_core.privacy.redact), values cut to 6,000 chars."""
     return [Param(k, str(v)[:6000]) for k, v in redact(params).items()]
 
 
@@ -331,16 +331,16 @@ def log_one_run(tracking: str | MlflowClient, experiment: str, name: str, tags: 
     return run_id
 
 
-STRATEGIC_KEYS = ("normalized_return", "mean_return", "ci95", "win_rate", "draw_rate", "loss_rate",
+GAME_EVAL_KEYS = ("normalized_return", "mean_return", "ci95", "win_rate", "draw_rate", "loss_rate",
                   "invalid_rate")
 
 
-def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
+def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
                   records: list[dict], files: list[Path]) -> str:
-    """One MLflow run for a strategic evaluation (params, per-game normalized returns, the
+    """One MLflow run for a game evaluation (params, per-game normalized returns, the
     table, radar chart and transcripts) with a nested run per game holding that game's table
     and per-seat metrics. Returns the parent run id."""
-    from mars_core.strength import per_game_normalized
+    from mars_core.evaluation.game_eval import per_game_normalized
 
     policy = redact_text(policy)
     kind = {"mars.kind": "strategic-eval"}
@@ -354,7 +354,7 @@ def log_strategic(tracking: str, experiment: str, policy: str, params: dict,
             log_one_run(client, experiment, f"strategic {policy} / {game}",
                         {**kind, "mars.game": game}, parent=parent,
                         metrics=[(_metric_key(r["opponent"], f"seat{r['seat']}", key), r[key])
-                                 for r in mine for key in STRATEGIC_KEYS],
+                                 for r in mine for key in GAME_EVAL_KEYS],
                         tables={f"{game}_results.json": mine})
 
     return log_one_run(tracking, experiment, f"strategic {policy}", {**kind, "mars.policy": policy},

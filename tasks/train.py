@@ -10,24 +10,25 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mars_core import lora, train_deepspeed as ds
-from mars_core.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
-                                  load_trainer_state, prune_plan, save_estimator_state, save_model,
-                                  save_trainer_state, write_checkpoint_manifest)
-from mars_core.manifest import MANIFEST, verify_folder
-from mars_core.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
-                              MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
-                              SAMPLES_FILE,
-                              SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
-                              input_dir, stage_dir)
-from mars_core.models import load_model, load_tokenizer, resolve_model
-from mars_core.seeds import Stream
-from mars_core.stages import MARKER, PUBLISHED, read_json, write_json
-from mars_core.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
-                               make_optimizer, ppo_update)
-from mars_core.warmup import invalid_rate, sft_steps, warmup_examples
-from tasks.common import (PUBLISH_RETRY, derive_seed, initial_policy, make_engine, policy_at,
-                          prompt_builder, run_stage, sampling, use_bf16)
+from mars_core.training import lora, deepspeed_backend as ds
+from mars_core.run.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
+                                      load_trainer_state, prune_plan, save_estimator_state,
+                                      save_model, save_trainer_state, write_checkpoint_manifest)
+from mars_core.models.manifest import MANIFEST, verify_folder
+from mars_core.run.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
+                                  MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
+                                  SAMPLES_FILE,
+                                  SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
+                                  input_dir, stage_dir)
+from mars_core.models.weights import load_model, load_tokenizer, resolve_model
+from mars_core.run.seeds import Stream
+from mars_core.run.commit import MARKER, PUBLISHED, read_json, write_json
+from mars_core.training.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
+                                        make_optimizer, ppo_update)
+from mars_core.training.warmup import invalid_rate, sft_steps, warmup_examples
+from tasks.engine_factory import make_engine, prompt_builder, sampling, use_bf16
+from tasks.policies import initial_policy, policy_at
+from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 from tasks.tracking import log_metrics_once
 from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
@@ -54,14 +55,14 @@ def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
 
 
 def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
-    """Invalid-action rate of the policy over a few self-play games (`mars_core.warmup`)."""
+    """Invalid-action rate of the policy over a few self-play games (`mars_core.training.warmup`)."""
     return invalid_rate(cfg.rollout.games, engine, prompt_builder(cfg, engine.tokenizer),
                         sampling(cfg, seed), n_games, seed,
                         per_game=cfg.rollout.per_game_sampling(seed))
 
 
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """The format warm-up's examples (`mars_core.warmup`)."""
+    """The format warm-up's examples (`mars_core.training.warmup`)."""
     return warmup_examples(cfg.rollout.games, prompt_builder(cfg, tokenizer), sampling(cfg, seed),
                            tokenizer, n, seed)
 
@@ -132,15 +133,15 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     samples = load_samples(input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
                            / SAMPLES_FILE)
     metrics, steps = {}, []
+    bf16 = use_bf16(cfg, "update")
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
                              seed=derive_seed(cfg, Stream.TRAINING, k),
-                             bf16=use_bf16(cfg, "update"),
+                             bf16=bf16,
                              share_prefix=cfg.model.share_prefix,
                              on_step=lambda j, m: steps.append(m))
     write_json(out / OPTIMIZER_STEPS_FILE, steps)
-    metrics["train/bf16"] = float(use_bf16(cfg, "update"))
     save_trainer_state(out, opt, sched, k)
     if cfg.trainer.lora.rank:
         lora.save(out, model, tok)
@@ -155,7 +156,7 @@ def _absolute(path: str) -> str:
 
 
 def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
-    """The PPO update in DeepSpeed worker processes (`mars_core.train_deepspeed`), resuming
+    """The PPO update in DeepSpeed worker processes (`mars_core.training.deepspeed_backend`), resuming
     the previous checkpoint's `deepspeed/` state when it has one. The workers write the fp32
     weights and `deepspeed/`; the trainer state keeps the iteration and RNG states only. An
     empty batch launches nothing: the weights and the previous state carry over (links)."""
@@ -188,7 +189,7 @@ def train_step(run_dir: str, k: int) -> dict:
     train = _train_deepspeed if cfg.trainer.backend == "deepspeed" else _train_torch
 
     def body(out: Path) -> dict:
-        metrics = train(cfg, run_dir, k, out)
+        metrics = train(cfg, run_dir, k, out) | {"bf16": float(use_bf16(cfg, "update"))}
         advantages = input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
         save_estimator_state(out, read_json(advantages / ESTIMATOR_STATE))
         return {f"train/{key}": v for key, v in metrics.items()}

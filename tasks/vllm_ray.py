@@ -26,10 +26,10 @@ class _Replica:
                  cpu_kv_cache_bytes: int, startup_timeout_s: float):
         import ray
 
-        from mars_core.config_engine import is_loopback
+        from mars_core.config.engine import is_loopback
         from mars_core.engines.vllm_server import VLLMServer, launch_command
         from mars_core.engines.vllm_tls import self_signed
-        from mars_core.procgroup import free_port
+        from mars_core.run.procgroup import free_port
 
         host = ray.util.get_node_ip_address()
         self.node = ray.get_runtime_context().get_node_id()

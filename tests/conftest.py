@@ -25,14 +25,14 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def embedded_dir(tmp_path_factory) -> Path:
     """The embedded model converted once per test session (in a temporary cache)."""
-    from mars_core.models import resolve_model
+    from mars_core.models.weights import resolve_model
 
     return Path(resolve_model("embedded", cache_dir=tmp_path_factory.getbasetemp() / "mars-cache"))
 
 
 @pytest.fixture(scope="session")
 def tokenizer(embedded_dir):
-    from mars_core.models import load_tokenizer
+    from mars_core.models.weights import load_tokenizer
 
     return load_tokenizer(embedded_dir)
 
@@ -68,9 +68,22 @@ def prefect_api():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere."""
+    """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
+    Tests marked `benchmarks(...)` read the benchmark files, which live outside the repository:
+    without them they skip, the reason naming the files, the folder and where to get them
+    (`tests/benchmark_files.py`)."""
     import torch
 
+    from tests.benchmark_files import missing_benchmarks
+
+    reasons: dict[tuple[str, ...], str | None] = {}
+    for item in items:
+        for mark in item.iter_markers("benchmarks"):
+            if mark.args not in reasons:
+                reasons[mark.args] = missing_benchmarks(mark.args)
+            if reasons[mark.args]:
+                item.add_marker(pytest.mark.skip(reason=reasons[mark.args]))
+                break
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

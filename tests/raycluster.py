@@ -11,7 +11,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from mars_core.procgroup import free_port, start_group, stop_group
+from mars_core.run.procgroup import free_port, start_group, stop_group
 from tests.conftest import REPO
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -30,7 +30,7 @@ def network_address() -> str | None:
     address of a route outwards, e.g. eth0's), None when it has only loopback."""
     import socket
 
-    from mars_core.config_engine import is_loopback
+    from mars_core.config.engine import is_loopback
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:

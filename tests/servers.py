@@ -10,7 +10,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from mars_core.procgroup import free_port
+from mars_core.run.procgroup import free_port
 from cli.services import (POOL, Process, Server, ServiceError, mlflow_server,
                           prefect_server, start_all)
 

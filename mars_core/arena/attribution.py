@@ -10,8 +10,9 @@ side:
   the game and lost it for that side;
 - `opponent_rule_error`: another side broke the rules, which handed this seat the game;
 - `timeout`: the game was decided by a length limit: a reply cut off at the token limit or a
-  prompt that left no room to reply (the rollout's `truncated` / `context overflow`), or a
-  game scored as it stood at its move limit (Codenames' 80 moves).
+  prompt that left no room to reply (the error turn's `finish_reason.cut_off` flag, never the
+  wording of its `error_detail`), or a game scored as it stood at its move limit (Codenames'
+  80 moves).
 
 Results (win / draw / loss) come from the teams' places: the side that made the error loses
 and every other side wins (they tie first for TrueSkill); otherwise sides are ranked by their
@@ -24,13 +25,12 @@ import json
 
 from mars_core.games.base import GameAdapter
 from mars_core.types import Episode
-from mars_core.vocab import Outcome
+from mars_core.vocab import Cause, DecidedBy, Outcome
 
-CAUSES = ("strategy", "own_rule_error", "opponent_rule_error", "timeout")
-# how the game ended: played out, a rule error, a cut-off reply, the game's move limit
-DECIDED_BY = ("play", "rule_error", "length", "move_limit")
-ERROR_DECIDED = ("rule_error", "length")  # decided by a side's failure, not by its play
-_LENGTH_ERRORS = ("truncated", "context overflow")
+CAUSES = tuple(Cause)
+DECIDED_BY = tuple(DecidedBy)  # played out, a rule error, a cut-off reply, the move limit
+# decided by a side's failure, not by its play
+ERROR_DECIDED = (DecidedBy.RULE_ERROR, DecidedBy.LENGTH)
 
 
 def seat_teams(episode: Episode, adapter: GameAdapter) -> list[str]:
@@ -49,11 +49,12 @@ def seat_teams(episode: Episode, adapter: GameAdapter) -> list[str]:
     return [f"seat{p}" for p in range(n)]
 
 
-def _error_kind(episode: Episode) -> str:
-    """`length` when the game-ending reply was cut off or overflowed, else `rule_error`."""
+def _error_kind(episode: Episode) -> DecidedBy:
+    """LENGTH when the game-ending reply was cut off or overflowed (its turn's cut-off flag),
+    else RULE_ERROR."""
     last = [t for t in episode.turns if t.player == episode.error_player and t.error]
-    detail = last[-1].error_detail if last else ""
-    return "length" if detail.startswith(_LENGTH_ERRORS) else "rule_error"
+    cut_off = bool(last) and bool(last[-1].finish_reason) and last[-1].finish_reason.cut_off
+    return DecidedBy.LENGTH if cut_off else DecidedBy.RULE_ERROR
 
 
 def _places(scores: dict[str, float]) -> dict[str, int]:
@@ -72,16 +73,16 @@ def attribute(episode: Episode, adapter: GameAdapter) -> dict:
         bad = teams[episode.error_player]
         decided = _error_kind(episode)
         places = {t: (1 if t == bad else 0) for t in order}
-        cause = ["timeout" if decided == "length" else
-                 ("own_rule_error" if teams[p] == bad else "opponent_rule_error")
+        cause = [Cause.TIMEOUT if decided == DecidedBy.LENGTH else
+                 (Cause.OWN_RULE_ERROR if teams[p] == bad else Cause.OPPONENT_RULE_ERROR)
                  for p in range(len(teams))]
     else:
         scores = {t: _mean([episode.returns[p] for p in range(len(teams)) if teams[p] == t])
                   for t in order}
         places = _places(scores)
         at_limit = adapter.move_limit is not None and len(episode.turns) >= adapter.move_limit
-        decided = "move_limit" if at_limit else "play"
-        cause = ["timeout" if at_limit else "strategy"] * len(teams)
+        decided = DecidedBy.MOVE_LIMIT if at_limit else DecidedBy.PLAY
+        cause = [Cause.TIMEOUT if at_limit else Cause.STRATEGY] * len(teams)
     top = [t for t in order if places[t] == 0]
     result = [Outcome.LOSS if places[teams[p]] else (Outcome.WIN if len(top) == 1 else Outcome.DRAW)
               for p in range(len(teams))]

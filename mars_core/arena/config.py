@@ -18,10 +18,10 @@ from pydantic import Field, model_validator
 
 from mars_core.arena.ratings import Rating, TrueSkillParams
 from mars_core.arena.schedule import check_games, fits, sides
-from mars_core.config_cluster import ClusterConfig
+from mars_core.config.cluster import ClusterConfig
 from mars_core.config import (PlayConfig, config_from_dict, load_config, parse_overrides,
                               _merge)
-from mars_core.config_base import ConfigError, _Section
+from mars_core.config.base import ConfigError, _Section
 from mars_core.games.opponents import check_bot_spec, is_bot
 from mars_core.vocab import SELF
 

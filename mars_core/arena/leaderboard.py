@@ -21,7 +21,7 @@ from mars_core.arena.ratings import Rating, Ratings, TrueSkillParams
 from mars_core.arena.schedule import Match
 from mars_core.games.registry import make_game
 from mars_core.types import Episode
-from mars_core.vocab import Outcome
+from mars_core.vocab import DecidedBy, Outcome
 
 
 _PLURAL = {"win": "wins", "draw": "draws", "loss": "losses"}
@@ -70,8 +70,8 @@ def leaderboard(records: list[dict], params: TrueSkillParams | None = None,
             s["games"] += 1
             res = agent_result(r, agent)
             s[_PLURAL[res]] += 1
-            s["own_errors"] += r["decided_by"] == "rule_error" and err_agent == agent
-            s["own_timeouts"] += r["decided_by"] == "length" and err_agent == agent
+            s["own_errors"] += r["decided_by"] == DecidedBy.RULE_ERROR and err_agent == agent
+            s["own_timeouts"] += r["decided_by"] == DecidedBy.LENGTH and err_agent == agent
             s["wins_by_opponent_error"] += (res == Outcome.WIN and r["decided_by"] in ERROR_DECIDED)
             s["clean_games"] += r["decided_by"] not in ERROR_DECIDED
     rows = []

@@ -1,6 +1,6 @@
 """The one place that builds an engine for a model spec.
 
-Every caller (the training stages, the strategic evaluation, the arena, the reasoning
+Every caller (the training stages, the game evaluation, the arena, the reasoning
 benchmarks) asks here, so which engine a spec gets is decided once:
 - `backend="hf"`: the in-process transformers engine on the weights of a local model folder;
 - `backend="vllm"`: the caller's vLLM client (`vllm(model)`: the run's servers, which live in

@@ -21,22 +21,34 @@ import httpx
 
 from mars_core.engines.base import prompt_seed
 from mars_core.types import SamplingParams
+from mars_core.vocab import FinishReason
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
 
 @dataclass(frozen=True)
 class ChatParams:
-    """The reasoning-benchmark sampling protocol (SPEC section 6)."""
+    """How a chat engine samples a reply. The defaults are the reasoning-benchmark sampling
+    protocol (SPEC section 6), written only here: `BENCHMARK_SAMPLING`."""
 
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = 20
-    max_tokens: int = 8192
+    max_new_tokens: int = 8192  # the token limit per reply (an OpenAI server's `max_tokens`)
     seed: int = 0
     # one seed per conversation of a call (the systems' per-question seeds: a question's
     # replies do not depend on which questions share the call, or the shard)
     seeds: tuple[int, ...] | None = None
+
+
+BENCHMARK_SAMPLING = ChatParams()  # the protocol: the systems, the harness, the results' config
+
+
+def benchmark_sampling(max_new_tokens: int | None = None) -> dict:
+    """The protocol's sampling settings as the results files and MLflow params record them."""
+    b = BENCHMARK_SAMPLING
+    return {"max_new_tokens": b.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            "temperature": b.temperature, "top_p": b.top_p, "top_k": b.top_k}
 
 
 @dataclass(frozen=True)
@@ -46,8 +58,11 @@ class ChatReply:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    finish_reason: str = "stop"
+    finish_reason: FinishReason = FinishReason.STOP  # ERROR when the request failed
     error: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "finish_reason", FinishReason(self.finish_reason))
 
 
 class ChatEngine(Protocol):
@@ -82,17 +97,17 @@ class HFChatEngine:
             return []
         prompts = [self._encode(conv) for conv in conversations]
         sampling = SamplingParams(temperature=params.temperature, top_p=params.top_p,
-                                  top_k=params.top_k, max_new_tokens=params.max_tokens,
+                                  top_k=params.top_k, max_new_tokens=params.max_new_tokens,
                                   seed=params.seed, seeds=params.seeds)
         try:
             done = self.engine.generate(prompts, sampling)
         except Exception as e:  # noqa: BLE001 - an engine failure fails these replies only
             line = f"{type(e).__name__}: {e}".splitlines()[0]
-            return [ChatReply("", len(p), 0, "error", line) for p in prompts]
+            return [ChatReply("", len(p), 0, FinishReason.ERROR, line) for p in prompts]
         replies = []
         for prompt, c in zip(prompts, done):
             error = "context overflow: the conversation fills the model's context" \
-                if c.finish_reason == "context_overflow" else ""
+                if c.finish_reason == FinishReason.CONTEXT_OVERFLOW else ""
             text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True) \
                 if c.token_ids else ""
             replies.append(ChatReply(text.strip(), len(prompt), len(c.token_ids),
@@ -144,8 +159,8 @@ class OpenAIChatEngine:
 
     def request(self, conversation: list[Message], params: ChatParams, index: int) -> dict:
         """The request body: all four sampling values explicit (top_k is a vLLM extension);
-        max_tokens capped at the server's context (see the class docstring)."""
-        max_tokens = min(params.max_tokens, self.max_model_len or params.max_tokens)
+        max_new_tokens capped at the server's context (see the class docstring)."""
+        max_tokens = min(params.max_new_tokens, self.max_model_len or params.max_new_tokens)
         return {"model": self.model, "messages": conversation,
                 "temperature": params.temperature, "top_p": params.top_p,
                 "top_k": params.top_k, "max_tokens": max_tokens,
@@ -175,17 +190,17 @@ class OpenAIChatEngine:
         try:
             r = await client.post("/v1/chat/completions", json=body)
         except httpx.HTTPError as e:
-            return ChatReply("", 0, 0, "error", f"request to {self.url} failed: {e!r}")
+            return ChatReply("", 0, 0, FinishReason.ERROR, f"request to {self.url} failed: {e!r}")
         if r.status_code != 200:
             detail = r.text.strip().replace("\n", " ")[:200]
-            return ChatReply("", 0, 0, "error", f"HTTP {r.status_code} from {self.url}: {detail}")
+            return ChatReply("", 0, 0, FinishReason.ERROR, f"HTTP {r.status_code} from {self.url}: {detail}")
         try:
             payload = r.json()
             choice = payload["choices"][0]
             text = choice["message"].get("content") or ""
             usage = payload.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            return ChatReply("", 0, 0, "error", f"malformed reply from {self.url}: {e!r}")
+            return ChatReply("", 0, 0, FinishReason.ERROR, f"malformed reply from {self.url}: {e!r}")
         return ChatReply(text.strip(), int(usage.get("prompt_tokens") or 0),
                          int(usage.get("completion_tokens") or 0),
-                         choice.get("finish_reason") or "stop")
+                         FinishReason.of(choice.get("finish_reason"), FinishReason.STOP))

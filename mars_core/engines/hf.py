@@ -8,7 +8,7 @@ Log-probs: `logprobs[i]` is the log-prob of token_i under the distribution it wa
 softmax(logits / temperature) truncated by top-k, top-p and min-p and renormalised (temperature
 0: the untempered softmax), as vLLM's `processed_logprobs`. This is the behaviour policy of
 decoupled PPO: the trainer recomputes the untruncated softmax at the start of the update (the
-proximal policy) and weighs each token by their ratio (`mars_core.losses.importance_weights`).
+proximal policy) and weighs each token by their ratio (`mars_core.training.losses.importance_weights`).
 Untruncated (top_k 0, top_p 1, min_p 0), the two agree to float precision.
 
 Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed, its index in
@@ -18,7 +18,7 @@ its index only, not on batch size or the other prompts; identical prompts at dif
 
 Shared prefixes: prompts are batched in sorted order, so prompts that start alike (a game's
 rules text) land in one batch, and the prefill runs each shared prefix once
-(`mars_core.prefix.batch_forward`, `share_prefix`); the decode loop then continues on the
+(`mars_core.models.prefix.batch_forward`, `share_prefix`); the decode loop then continues on the
 gathered cache as on any other.
 """
 from __future__ import annotations
@@ -29,8 +29,9 @@ from contextlib import nullcontext
 import torch
 
 from mars_core.engines.base import prompt_seed
-from mars_core.prefix import batch_forward
+from mars_core.models.prefix import batch_forward
 from mars_core.types import Completion, SamplingParams
+from mars_core.vocab import FinishReason
 
 
 class HFEngine:
@@ -55,9 +56,9 @@ class HFEngine:
     def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
                   autocast_bf16: bool = False, device: str | None = None,
                   share_prefix: bool = True) -> "HFEngine":
-        """Load model and tokenizer from a folder or hub id (see `mars_core.models`), onto
+        """Load model and tokenizer from a folder or hub id (see `mars_core.models.weights`), onto
         `device` (default: the GPU where there is one)."""
-        from mars_core.models import load_model, load_tokenizer
+        from mars_core.models.weights import load_model, load_tokenizer
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = load_model(path, dtype=dtype).to(device)
@@ -77,7 +78,7 @@ class HFEngine:
             if len(prompt) == 0:
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) >= self.max_positions:
-                out[i] = Completion((), (), "", "context_overflow")
+                out[i] = Completion((), (), "", FinishReason.CONTEXT_OVERFLOW)
             else:
                 runnable.append(i)
         # prompts that start alike share a batch (and its prefix pass); else similar lengths
@@ -160,11 +161,11 @@ class _Sequence:
         self.tokens.append(token)
         self.logprobs.append(logprob)
         if token in self.engine.eos_ids:
-            self.reason = "stop"
+            self.reason = FinishReason.STOP
         elif self.params.stop and self._hit_stop_string():
-            self.reason = "stop"
+            self.reason = FinishReason.STOP
         elif len(self.tokens) >= self.budget:
-            self.reason = "length"
+            self.reason = FinishReason.LENGTH
         return token
 
     def _hit_stop_string(self) -> bool:
@@ -182,7 +183,7 @@ class _Sequence:
                 else self.tokens
             self.text = self.engine.tokenizer.decode(body, skip_special_tokens=False)
         return Completion(tuple(self.tokens), tuple(self.logprobs), self.text,
-                          self.reason or "length")
+                          self.reason or FinishReason.LENGTH)
 
 
 def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator):

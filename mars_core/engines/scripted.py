@@ -11,6 +11,7 @@ import re
 from typing import Callable
 
 from mars_core.types import Completion, SamplingParams
+from mars_core.vocab import FinishReason
 
 _LEGAL = re.compile(r"Legal actions: (.*)")
 _ACTION = re.compile(r"<[^<>]*>")
@@ -36,7 +37,8 @@ class ScriptedEngine:
             toks = tuple(self.tokenizer.encode(text, add_special_tokens=False))
             if len(toks) > params.max_new_tokens:
                 toks = toks[: params.max_new_tokens]
-                out.append(Completion(toks, (), self.tokenizer.decode(toks), "length"))
+                out.append(Completion(toks, (), self.tokenizer.decode(toks),
+                                      FinishReason.LENGTH))
             else:
-                out.append(Completion(toks, (), text, "stop"))
+                out.append(Completion(toks, (), text, FinishReason.STOP))
         return out

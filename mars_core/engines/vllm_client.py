@@ -32,6 +32,7 @@ from mars_core.engines.base import prompt_seed
 from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, VLLMError, VLLMServer,
                                            VLLMUnreachable)
 from mars_core.types import Completion, SamplingParams
+from mars_core.vocab import FinishReason
 
 
 class VLLMEngine:
@@ -110,7 +111,7 @@ class VLLMEngine:
                        params: SamplingParams) -> Completion:
         """Prompt `i` of a call as one request (VLLMError when it fails)."""
         if len(prompt) >= self.max_positions:
-            return Completion((), (), "", "context_overflow")
+            return Completion((), (), "", FinishReason.CONTEXT_OVERFLOW)
         self.in_flight += 1
         self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.in_flight)
         try:
@@ -214,7 +215,7 @@ def generate_counted(engine, prompts: list[list[int]], params: SamplingParams) -
     engine.stats["calls"] += 1
     engine.stats["prompts"] += len(prompts)
     engine.stats["prompt_tokens"] += sum(len(p) for p, c in zip(prompts, out)
-                                         if c.finish_reason != "context_overflow")
+                                         if c.finish_reason != FinishReason.CONTEXT_OVERFLOW)
     engine.stats["generated_tokens"] += sum(len(c.token_ids) for c in out)
     engine.stats["seconds"] += time.perf_counter() - started
     return out
@@ -246,7 +247,7 @@ def parse_choice(payload: dict) -> Completion:
     logprobs = tuple(float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or ())
     if len(logprobs) != len(ids):
         raise VLLMError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} log-probs")
-    reason = choice.get("finish_reason") or "length"
+    reason = FinishReason.of(choice.get("finish_reason"), FinishReason.LENGTH)
     return Completion(ids, logprobs, choice.get("text") or "", reason)
 
 

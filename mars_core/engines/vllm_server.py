@@ -20,7 +20,7 @@ Safety of a server we start:
   environment (never on its command line, where `ps` shows it, nor in a log or config); the
   client sends it as `Authorization: Bearer` on every request. A server given by URL gets the
   key from the environment variable `engine.vllm.api_key_env` names;
-- it never outlives the pipeline (`mars_core.procgroup.start_group`: a keeper kills it when
+- it never outlives the pipeline (`mars_core.run.procgroup.start_group`: a keeper kills it when
   the pipeline's process is gone, kill -9 included); `<log dir>/vllm_server.pid` records its
   group, and the next start kills a group whose recorded parent died.
 """
@@ -37,10 +37,10 @@ from pathlib import Path
 
 import httpx
 
-from mars_core import offline
-from mars_core.config_engine import GiB, is_loopback
+from mars_core.run import offline
+from mars_core.config.engine import GiB, is_loopback
 from mars_core.engines.vllm_tls import SelfSigned, pinned_context
-from mars_core.procgroup import ProcessGroupError, start_group, stop_group
+from mars_core.run.procgroup import ProcessGroupError, start_group, stop_group
 
 
 EXTENSION_DIR = Path(__file__).parent / "vllm_ext"  # on the server's PYTHONPATH

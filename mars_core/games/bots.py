@@ -15,13 +15,19 @@ this module builds the bots.
 """
 from __future__ import annotations
 
-import importlib
 import random
 
 import numpy as np
 
 from mars_core.games.base import GameAdapter
+from mars_core.games.blotto import FocusBot
+from mars_core.games.ipd import AlwaysDefectBot, TitForTatBot
 from mars_core.games.opponents import GAME_BOTS, MCTS, check_bot_spec
+
+# the game-specific bots by spec (which game each plays: `opponents.GAME_BOTS`)
+GAME_BOT_CLASSES = {"bot:blotto-focus": FocusBot, "bot:tit-for-tat": TitForTatBot,
+                    "bot:always-defect": AlwaysDefectBot}
+assert set(GAME_BOT_CLASSES) == set(GAME_BOTS), "every game bot has its class"
 
 
 class RandomBot:
@@ -54,8 +60,7 @@ def make_bot(spec: str, adapter: GameAdapter, seed: int):
     if spec == "bot:random":
         return RandomBot(seed)
     if spec in GAME_BOTS:
-        module, cls = GAME_BOTS[spec][1].split(":")
-        return getattr(importlib.import_module(module), cls)(seed)
+        return GAME_BOT_CLASSES[spec](seed)
     if spec == "bot:nash":
         from mars_core.games.nash import NashBot
 

@@ -6,19 +6,11 @@ the traits below equal to the adapters' own (`tests/unit/test_games.py`).
 """
 from __future__ import annotations
 
-# name -> (module, class); the first three are MARS's training games, the rest held out.
-GAMES: dict[str, tuple[str, str]] = {
-    "tic_tac_toe": ("mars_core.games.board_games", "TicTacToe"),
-    "kuhn_poker": ("mars_core.games.poker", "KuhnPoker"),
-    "mini_hanabi": ("mars_core.games.hanabi", "MiniHanabi"),
-    "connect_four": ("mars_core.games.board_games", "ConnectFour"),
-    "leduc_poker": ("mars_core.games.poker", "LeducPoker"),
-    "simple_hanabi": ("mars_core.games.hanabi", "SimpleHanabi"),
-    "colonel_blotto": ("mars_core.games.blotto", "ColonelBlotto"),
-    "three_player_ipd": ("mars_core.games.ipd", "ThreePlayerIPD"),
-    "codenames": ("mars_core.games.codenames", "Codenames"),
-    "secret_mafia": ("mars_core.games.mafia", "SecretMafia"),
-}
+# The game names (their adapter classes: `registry.ADAPTERS`); the first three are MARS's
+# training games, the rest held out.
+GAMES: tuple[str, ...] = ("tic_tac_toe", "kuhn_poker", "mini_hanabi", "connect_four", "leduc_poker",
+                          "simple_hanabi", "colonel_blotto", "three_player_ipd", "codenames",
+                          "secret_mafia")
 TRAIN_GAMES = ("tic_tac_toe", "kuhn_poker", "mini_hanabi")
 HELD_OUT_GAMES = ("connect_four", "leduc_poker", "simple_hanabi")
 MARS_GAMES = TRAIN_GAMES + HELD_OUT_GAMES  # OpenSpiel

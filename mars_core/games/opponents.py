@@ -16,11 +16,11 @@ from mars_core.games.catalog import (COOPERATIVE_GAMES, HIDDEN_INFORMATION_GAMES
 from mars_core.vocab import BOT_PREFIX, FROZEN, SELF  # noqa: F401 (FROZEN: asked for here)
 
 MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
-# spec -> (the one game it plays, "module:Class" built with a seed)
-GAME_BOTS: dict[str, tuple[str, str]] = {
-    "bot:blotto-focus": ("colonel_blotto", "mars_core.games.blotto:FocusBot"),
-    "bot:tit-for-tat": ("three_player_ipd", "mars_core.games.ipd:TitForTatBot"),
-    "bot:always-defect": ("three_player_ipd", "mars_core.games.ipd:AlwaysDefectBot"),
+# spec -> the one game it plays (its class, built with a seed: `bots.GAME_BOT_CLASSES`)
+GAME_BOTS: dict[str, str] = {
+    "bot:blotto-focus": "colonel_blotto",
+    "bot:tit-for-tat": "three_player_ipd",
+    "bot:always-defect": "three_player_ipd",
 }
 BOT_SPECS = ("bot:random", "bot:mcts-N", "bot:nash", *GAME_BOTS)
 OPPONENT_SPECS = (*BOT_SPECS, SELF)
@@ -67,8 +67,8 @@ def check_opponent(spec: str, game: str) -> None:
     if game in COOPERATIVE_GAMES and spec != "bot:random":
         raise ValueError(f"opponent {spec!r} does not fit {game}: the partner in a cooperative "
                          f"game is the policy itself ({SELF!r}) or bot:random")
-    if spec in GAME_BOTS and GAME_BOTS[spec][0] != game:
-        raise ValueError(f"opponent {spec!r} does not fit {game}: it plays {GAME_BOTS[spec][0]}")
+    if spec in GAME_BOTS and GAME_BOTS[spec] != game:
+        raise ValueError(f"opponent {spec!r} does not fit {game}: it plays {GAME_BOTS[spec]}")
     if spec == "bot:nash" and game not in NASH_GAMES:
         raise ValueError(f"opponent 'bot:nash' does not fit {game}: Nash policies exist for "
                          f"{', '.join(NASH_GAMES)}")

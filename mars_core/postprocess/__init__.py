@@ -4,7 +4,9 @@
 
 Each game has a module with these three functions (`PIPELINES`, by game name); the OpenSpiel
 games share `mars` (MARS rewards), the TextArena games follow the In2AI rules. Every stage
-returns new frozen records and never mutates its input.
+returns new frozen records and never mutates its input. `rewards`: the MARS per-turn rewards.
+
+May import: config, games, types, vocab.
 """
 from __future__ import annotations
 

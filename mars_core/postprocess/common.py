@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from mars_core.config import In2AIRewards
 from mars_core.games.base import PARSING_FAILURE
 from mars_core.types import Episode, Turn
-from mars_core.vocab import POLICY, GateReason, player_outcome as player_outcome_name
+from mars_core.vocab import POLICY, GateReason, PlayerOutcome, player_outcome as player_outcome_name
 
 NOT_TRAINABLE = GateReason.NOT_TRAINABLE
 DEPENDS_ON_INVALID_STEP = GateReason.DEPENDS_ON_INVALID_STEP
@@ -42,9 +42,12 @@ class PlayerResult:
     team: str
     agent: str
     trainable: bool  # agent == vocab.POLICY
-    outcome: str  # one of config.OUTCOMES
+    outcome: PlayerOutcome  # SPEC section 5's name (config.OUTCOMES); Parquet keeps the word
     caused_end: bool  # its rule error ended the episode
     episode_reward: float  # the graded episode reward
+
+    def __post_init__(self):  # read back from Parquet as text: the member (a bad word raises)
+        object.__setattr__(self, "outcome", PlayerOutcome(self.outcome))
 
 
 def facts(text: str) -> dict:
@@ -52,10 +55,10 @@ def facts(text: str) -> dict:
     return json.loads(text) if text else {}
 
 
-def player_outcome(episode: Episode, player: int) -> str:
+def player_outcome(episode: Episode, player: int) -> PlayerOutcome:
     raw = episode.outcomes[player]
     try:
-        return player_outcome_name(raw, episode.error).value
+        return player_outcome_name(raw, episode.error)
     except ValueError:
         raise ValueError(f"episode {episode.episode_id}: unknown outcome {raw!r} of seat "
                          f"{player}") from None

@@ -3,11 +3,11 @@
 - Players: graded reward = the seat's game return (`Episode.returns[p]`); team "team" in the
   cooperative Hanabi games (every seat shares the score), else "player_{p}".
 - Filter: only non-trainable seats are gated.
-- Rewards: exactly `mars_core.rewards.mars_turn_rewards` (game, format and length parts).
+- Rewards: exactly `mars_core.postprocess.rewards.mars_turn_rewards` (game, format and length parts).
 """
 from __future__ import annotations
 
-from mars_core import rewards
+from mars_core.postprocess import rewards
 from mars_core.config import RewardsConfig
 from mars_core.games.registry import game_class
 from mars_core.postprocess.common import PlayerResult, apply_gates, build_results

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mars_core.replay import replay_data, replay_html
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.viewer.replay import replay_data, replay_html
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
 from tests.conftest import REPO
 

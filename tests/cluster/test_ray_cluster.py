@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from mars_core.layout import (EPISODES_FILE, EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE,
-                              RESULTS_FILE, TURNS_FILE, checkpoint_dir, shards_dir, stage_dir)
+from mars_core.run.layout import (EPISODES_FILE, EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE,
+                                  RESULTS_FILE, TURNS_FILE, checkpoint_dir, shards_dir, stage_dir)
 from tests.conftest import REPO
 from tests.faults.conftest import run_env, train
 from tests.raycluster import two_node_cluster
@@ -94,6 +94,7 @@ def test_sharded_strategic_evaluation_equals_one_process(tmp_path, tiny_model_di
     assert one == two
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_sharded_reasoning_benchmarks_equal_one_process(tmp_path, tiny_model_dir, prefect_api,
                                                         ray_cluster):
     def evaluate(name: str, *extra: str) -> tuple[dict, dict]:

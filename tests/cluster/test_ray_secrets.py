@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(600)
 SCRIPT = """
 import json, os, sys
 import ray
-from mars_core.config_cluster import ClusterConfig
+from mars_core.config.cluster import ClusterConfig
 from tasks.shards import runtime_env
 
 secret = sys.argv[1]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from mars_core.config import ConfigError, load_config
-from mars_core.layout import (GENERATE_ROLLOUTS, INIT, POLICY_FILE, PREPARE_POLICY,
-                              SHARD_STATS_FILE, shard_folder, stage_dir)
-from mars_core.stages import read_json, write_json
-from mars_core.seeds import Stream
-from tasks.common import derive_seed
+from mars_core.run.layout import (GENERATE_ROLLOUTS, INIT, POLICY_FILE, PREPARE_POLICY,
+                                  SHARD_STATS_FILE, shard_folder, stage_dir)
+from mars_core.run.commit import read_json, write_json
+from mars_core.run.seeds import Stream
+from tasks.stage_runner import derive_seed
 from tasks.paths import prepare_run_dir
 from tasks.shards import shard_slices, write_shard
 from tests.conftest import REPO

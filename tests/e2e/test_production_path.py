@@ -23,8 +23,8 @@ import yaml
 from mlflow import MlflowClient
 
 from mars_core.config import load_config
-from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, CONFIG_FILE, GENERATE_ROLLOUTS,
-                              SAVE_CHECKPOINT, TRAIN_STEP)
+from mars_core.run.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, CONFIG_FILE,
+                                  GENERATE_ROLLOUTS, SAVE_CHECKPOINT, TRAIN_STEP)
 from tests.conftest import REPO
 from tests.flows.invariants import check_iteration
 from tests.servers import POOL, mlflow_in, model_server, prefect_in, started, worker

@@ -27,7 +27,7 @@ from cli.prefect_app import Guard, ui_origins
 from cli.service_auth import AUTH_FILE, read_secret, secret_in
 from cli.services import POOL, api_session, ensure_work_pool, port_taken
 from mars_core.config import ConfigError
-from mars_core.procgroup import free_port
+from mars_core.run.procgroup import free_port
 from tests.conftest import REPO
 from tests.servers import mars_cmd
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cli.services import port_taken
-from mars_core.layout import CONFIG_FILE
-from mars_core.procgroup import free_port
+from mars_core.run.layout import CONFIG_FILE
+from mars_core.run.procgroup import free_port
 from tests.conftest import REPO
 from tests.servers import mars_cmd
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 from mlflow import MlflowClient
 
-from mars_core.layout import (EPISODES_FILE, GENERATE_ROLLOUTS, checkpoint_dir, final_model_dir,
-                              finished_stages, stage_dir)
+from mars_core.run.layout import (EPISODES_FILE, GENERATE_ROLLOUTS, checkpoint_dir, final_model_dir,
+                                  finished_stages, stage_dir)
 from tasks.paths import run_key
 
 NONDETERMINISTIC = ("time/", "tokens_per_s", "_s", "checkpoint/size_mb")

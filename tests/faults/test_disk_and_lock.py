@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from mars_core.layout import INIT, PREPARE_POLICY, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
-from mars_core.stages import is_done, verify_stage
+from mars_core.run.layout import INIT, PREPARE_POLICY, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
+from mars_core.run.commit import is_done, verify_stage
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import run_env, train, train_args, wait_for_flag

@@ -1,6 +1,6 @@
 """kill -9 at every stage point, then the same command again, until the run finishes: it ends
 equal to an uninterrupted run. Each kill point is a real SIGKILL of the `mars train` process
-(MARS_FAULT_KILL=<point>, mars_core.stages.fault_point):
+(MARS_FAULT_KILL=<point>, mars_core.run.commit.fault_point):
 
 - `start:<stage>:<k>`: the stage's scratch folder exists, nothing written;
 - `mid:<stage>:<k>`: every file written, the completion marker not yet;
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from mars_core.layout import (COMPUTE_ADVANTAGES, EVALUATE, FINAL, FINAL_MODEL, GENERATE_ROLLOUTS,
-                              INIT, INIT_STAGES, ITERATION_STAGES, PREPARE_POLICY,
-                              SAVE_CHECKPOINT, STRENGTH, TRAIN_STEP, checkpoint_dir,
-                              iter_name)
+from mars_core.run.layout import (COMPUTE_ADVANTAGES, EVALUATE, FINAL, FINAL_MODEL,
+                                  GENERATE_ROLLOUTS, INIT, INIT_STAGES, ITERATION_STAGES,
+                                  PREPARE_POLICY, SAVE_CHECKPOINT, STRENGTH, TRAIN_STEP,
+                                  checkpoint_dir, iter_name)
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mars_core.layout import BANK_EPISODES, BUILD_BATCH, stage_dir
-from mars_core.stages import MARKER
+from mars_core.run.layout import BANK_EPISODES, BUILD_BATCH, stage_dir
+from mars_core.run.commit import MARKER
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args

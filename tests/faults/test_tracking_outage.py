@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mars_core.layout import GENERATE_ROLLOUTS, TRAIN_STEP, stage_dir
-from mars_core.stages import is_done
+from mars_core.run.layout import GENERATE_ROLLOUTS, TRAIN_STEP, stage_dir
+from mars_core.run.commit import is_done
 from tests.faults.compare_runs import assert_same_run
 from tests.faults.conftest import FULL, run_env, train, train_args, wait_for_flag
 from tests.servers import mlflow_in, started

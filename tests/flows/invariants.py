@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, BUILD_PLAYERS,
-                              COMPUTE_ADVANTAGES, FILTER_STEPS, GENERATE_ROLLOUTS, METRICS_FILE,
-                              SAVE_CHECKPOINT, TRAIN_STEP, stage_dir)
-from mars_core.stages import read_json
+from mars_core.run.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, BUILD_PLAYERS,
+                                  COMPUTE_ADVANTAGES, FILTER_STEPS, GENERATE_ROLLOUTS, METRICS_FILE,
+                                  SAVE_CHECKPOINT, TRAIN_STEP, stage_dir)
+from mars_core.run.commit import read_json
 
 
 def stage_metrics(run: Path, k: int, stage: str) -> dict[str, float]:
@@ -55,6 +55,7 @@ def check_iteration(run: Path, k: int, episodes_per_iteration: int) -> None:
 
     train = m[TRAIN_STEP]
     assert train["train/kl"] >= 0  # k3: exp(r) - 1 - r
+    assert train["train/bf16"] in (0.0, 1.0) and "train/train/bf16" not in train  # which precision
     assert train["train/samples"] == adv["batch/samples"]
     assert train["train/grad_norm"] >= 0 and 0 <= train.get("train/clip_frac", 0.0) <= 1
     assert m[SAVE_CHECKPOINT]["checkpoint/size_mb"] > 0

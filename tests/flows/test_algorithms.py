@@ -16,11 +16,11 @@ import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.estimators import ESTIMATORS
-from mars_core.layout import (ASSIGN_REWARDS, BATCH_FILE, BUILD_BATCH, BUILD_PLAYERS,
-                              COMPOSITION_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE, FINAL,
-                              GENERATE_ROLLOUTS, PLAYERS_FILE, SAMPLES_FILE, STRENGTH, TURNS_FILE,
-                              checkpoint_dir, iter_dir, stage_dir)
+from mars_core.advantages.estimators import ESTIMATORS
+from mars_core.run.layout import (ASSIGN_REWARDS, BATCH_FILE, BUILD_BATCH, BUILD_PLAYERS,
+                                  COMPOSITION_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE,
+                                  FINAL, GENERATE_ROLLOUTS, PLAYERS_FILE, SAMPLES_FILE, STRENGTH,
+                                  TURNS_FILE, checkpoint_dir, iter_dir, stage_dir)
 from tests.conftest import REPO
 from tests.flows.invariants import check_iteration
 
@@ -35,7 +35,7 @@ def _tiny(model, *extra) -> list[str]:
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_api, tiny_model_dir):
-    extra = ["batching.unit=step"] if estimator == "rloo_env" else []
+    extra = ["batching.unit=turn"] if estimator == "rloo_env" else []
     rc = main(["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", estimator,
                *_tiny(tiny_model_dir, f"algorithm.estimator={estimator}", "evaluation.every=0",
                       *extra)])
@@ -63,8 +63,8 @@ def test_in2ai_preset_bank_batches_curriculum_and_frozen_opponents(tmp_path, pre
         it = iter_dir(run, k)
         batch = pl.read_parquet(it / BUILD_BATCH / BATCH_FILE)
         assert set(batch["agent"]) == {"policy"} and batch["eligible"].all()
-        assert not seen & set(batch["step_id"])  # a step is trained on once
-        seen |= set(batch["step_id"])
+        assert not seen & set(batch["turn_id"])  # a step is trained on once
+        seen |= set(batch["turn_id"])
         per_episode = batch.group_by("episode_id").len()["len"]
         assert per_episode.max() <= 4 or batch["episode_id"].n_unique() == 1
         comp = json.loads((it / BUILD_BATCH / COMPOSITION_FILE).read_text())

@@ -11,8 +11,8 @@ import yaml
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.layout import (CONFIG_FILE, INIT, PREPARE_POLICY, checkpoint_dir, stage_dir,
-                              start_model_dir)
+from mars_core.run.layout import (CONFIG_FILE, INIT, PREPARE_POLICY, checkpoint_dir, stage_dir,
+                                  start_model_dir)
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from mars_core.checkpoint import TRAINER_STATE, save_trainer_state
+from mars_core.run.checkpoint import TRAINER_STATE, save_trainer_state
 from mars_core.config import load_config
-from mars_core.layout import METRICS_FILE, TRAIN_STEP, checkpoint_dir, stage_dir
-from mars_core.manifest import MANIFEST, ManifestError, verify_folder
-from mars_core.models import ModelError, check_model_folder, load_model
-from mars_core.stages import MARKER, manifest, stage_output, verify_stage, write_json
+from mars_core.run.layout import METRICS_FILE, TRAIN_STEP, checkpoint_dir, stage_dir
+from mars_core.models.manifest import MANIFEST, ManifestError, verify_folder
+from mars_core.models.weights import ModelError, check_model_folder, load_model
+from mars_core.run.commit import MARKER, manifest, stage_output, verify_stage, write_json
 from tasks.paths import prepare_run_dir
 from tests.conftest import REPO
 

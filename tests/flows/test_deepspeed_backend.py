@@ -25,11 +25,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from cli.main import main
-from mars_core import train_deepspeed as ds
+from mars_core.training import deepspeed_backend as ds
 from mars_core.config import load_config
-from mars_core.layout import TRAIN_STEP, checkpoint_dir, final_model_dir, stage_dir
-from mars_core.models import load_model, load_tokenizer
-from mars_core.trainer import TorchUpdater, load_samples, make_optimizer, ppo_update
+from mars_core.run.layout import TRAIN_STEP, checkpoint_dir, final_model_dir, stage_dir
+from mars_core.models.weights import load_model, load_tokenizer
+from mars_core.training.trainer import TorchUpdater, load_samples, make_optimizer, ppo_update
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(900)

@@ -9,9 +9,9 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config
-from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE,
-                              GENERATE_ROLLOUTS, RESULTS_FILE, SAMPLES_FILE, TURNS_FILE,
-                              stage_dir)
+from mars_core.run.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, EPISODES_FILE, EVALUATE,
+                                  GENERATE_ROLLOUTS, RESULTS_FILE, SAMPLES_FILE, TURNS_FILE,
+                                  stage_dir)
 from tests.conftest import REPO
 from tests.flows.invariants import check_iteration
 

@@ -6,9 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from cli.main import main
-from mars_core.checkpoint import TRAINER_STATE
-from mars_core.layout import checkpoint_dir, final_model_dir, start_model_dir
-from mars_core.lora import ADAPTER
+from mars_core.run.checkpoint import TRAINER_STATE
+from mars_core.run.layout import checkpoint_dir, final_model_dir, start_model_dir
+from mars_core.training.lora import ADAPTER
 from tests.conftest import REPO
 
 SMOKE = str(REPO / "configs/smoke.yaml")

@@ -10,11 +10,11 @@ import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.config import load_config, load_strategic_config
+from mars_core.config import load_config, load_game_eval_config
 from mars_core.games.opponents import MINDGAMES_OPPONENTS
-from mars_core.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, COMPUTE_ADVANTAGES, FILTER_STEPS,
-                              PLAYERS_FILE, SAMPLES_FILE, TURNS_FILE, iter_dir)
-from mars_core.stages import MARKER
+from mars_core.run.layout import (ASSIGN_REWARDS, BUILD_PLAYERS, COMPUTE_ADVANTAGES, FILTER_STEPS,
+                                  PLAYERS_FILE, SAMPLES_FILE, TURNS_FILE, iter_dir)
+from mars_core.run.commit import MARKER
 from mars_core.games.catalog import MINDGAMES
 from mars_core.games.registry import make_game
 from tests.conftest import REPO
@@ -29,12 +29,12 @@ def test_presets_load():
     blotto = cfg.rollout.per_game_sampling(0)["colonel_blotto"]
     assert (blotto.temperature, blotto.top_p, blotto.top_k) == (1.0, 1.0, 0)
     assert set(load_config(REPO / "configs/mindgames/textarena.yaml").rollout.games) == set(MINDGAMES)
-    full = load_strategic_config(REPO / "configs/eval/mindgames_strategic.yaml")
+    full = load_game_eval_config(REPO / "configs/eval/mindgames_strategic.yaml")
     assert set(full.suite) == set(MINDGAMES)
     codenames = full.play.per_game_sampling(0)["codenames"]
     assert (codenames.temperature, codenames.top_p, codenames.top_k, codenames.min_p) == (
         0.7, 0.8, 30, 0.05)
-    assert set(load_strategic_config(REPO / "configs/eval/mindgames_strategic_quick.yaml").suite) \
+    assert set(load_game_eval_config(REPO / "configs/eval/mindgames_strategic_quick.yaml").suite) \
         == set(MINDGAMES)
 
 

@@ -119,7 +119,7 @@ def _fill(uri: str, tracking: str, cache: str, barrier, out) -> None:
 
 
 def test_two_processes_filling_the_cache_leave_one_verified_copy(registered, tmp_path):
-    from mars_core.manifest import MANIFEST, verify_manifest
+    from mars_core.models.manifest import MANIFEST, verify_manifest
 
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()

@@ -42,11 +42,12 @@ def _register(uri, tmp_path, model_dir, name, aliases: list[list[str]]) -> Mlflo
 
 def _nightly(uri, tmp_path, name, **kw):
     return nightly_eval_flow(registered_model=name, systems=["single", "autogen"],
-                             benchmarks=["gsm8k", "aqua"], limit=2, max_tokens=8,
+                             benchmarks=["gsm8k", "aqua"], limit=2, max_new_tokens=8,
                              tracking_uri=uri, runs_dir=str(tmp_path),
                              out_dir=str(tmp_path / "nightly"), **kw)
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, tiny_model_dir,
                                                          monkeypatch):
     monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
@@ -55,7 +56,7 @@ def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, 
     arena = tmp_path / "arena.yaml"
     arena.write_text("agents: [bot:random]\ngames: [tic_tac_toe]\nn: 1\n"
                      "play: {max_new_tokens: 8, keep_history: false}\n")
-    result = _nightly(uri, tmp_path, "tiny", strategic_preset=QUICK, strategic_n=1,
+    result = _nightly(uri, tmp_path, "tiny", game_eval_preset=QUICK, game_eval_n=1,
                       arena_preset=str(arena), base_model=str(tiny_model_dir))
     assert result["decision"] == "keep" and not result["promoted"]
     assert result["versions"] == {"candidate": 2, "champion": 1}
@@ -79,22 +80,23 @@ def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, 
     assert "arena/rating/candidate" in run.data.metrics
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_first_candidate_becomes_champion_and_same_versions_do_nothing(
         tmp_path, prefect_api, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = _register(uri, tmp_path, tiny_model_dir, "fresh", [["candidate"]])
-    result = _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
+    result = _nightly(uri, tmp_path, "fresh", game_eval_preset=None, arena_preset=None)
     assert result["promoted"] and result["reason"] == "no champion yet"
     mv = client.get_model_version_by_alias("fresh", "champion")
     assert int(mv.version) == 1 and mv.tags["mars.promotion_reason"] == "no champion yet"
-    again = _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
+    again = _nightly(uri, tmp_path, "fresh", game_eval_preset=None, arena_preset=None)
     assert again["decision"] == "unchanged"
     with pytest.raises(RegistryError, match="no registered model 'absent'"):
-        _nightly(uri, tmp_path, "absent", strategic_preset=None, arena_preset=None)
+        _nightly(uri, tmp_path, "absent", game_eval_preset=None, arena_preset=None)
     client.delete_registered_model_alias("fresh", "candidate")
     with pytest.raises(RegistryError, match="has no 'candidate' alias"):
-        _nightly(uri, tmp_path, "fresh", strategic_preset=None, arena_preset=None)
+        _nightly(uri, tmp_path, "fresh", game_eval_preset=None, arena_preset=None)
 
 
 def test_four_questions_all_won_do_not_promote():
@@ -188,7 +190,7 @@ def test_a_failed_champion_lookup_fails_the_night_and_promotes_nothing(
         behind = f"http://127.0.0.1:{proxy.server_address[1]}"
         with pytest.raises(RegistryError, match=r"cannot read the 'champion' alias of 'guarded' "
                            r".*503.*nothing was promoted") as failed:
-            _nightly(behind, tmp_path, "guarded", strategic_preset=None, arena_preset=None)
+            _nightly(behind, tmp_path, "guarded", game_eval_preset=None, arena_preset=None)
         assert len(str(failed.value).splitlines()) == 1
         lookups = [p for m, p in proxy.RequestHandlerClass.seen if "alias=champion" in p]
         assert len(lookups) >= 2  # retried within the window before giving up

@@ -1,7 +1,7 @@
 """The start of a run: without a warm-up, a policy that never answers validly is flagged."""
 from mars_core.config import load_config
-from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir
-from mars_core.stages import read_json
+from mars_core.run.layout import INIT, POLICY_FILE, PREPARE_POLICY, stage_dir
+from mars_core.run.commit import read_json
 from tasks.paths import prepare_run_dir
 from tasks.train import prepare_policy
 from tests.conftest import REPO

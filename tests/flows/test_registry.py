@@ -52,7 +52,7 @@ def test_final_model_is_an_mlflow_chat_model_with_its_weights_once(tmp_path, tin
 def test_registered_version_resolves_through_mlflow_with_lineage(tmp_path, tiny_model_dir):
     import mlflow.transformers
 
-    from mars_core.models import load_tokenizer
+    from mars_core.models.weights import load_tokenizer
     from tasks.registry import download_registered, register_model
     from tasks.tracking import git_state
 

@@ -10,8 +10,8 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config
-from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, REPLAYS,
-                              RUN_FILE, iter_name, stage_dir)
+from mars_core.run.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, REPLAYS,
+                                  RUN_FILE, iter_name, stage_dir)
 from tasks.paths import prepare_run_dir
 from tests.conftest import REPO
 from tests.unit.test_replay import bot_games, gated, page_payload, samples, write_flat

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import load_config
-from mars_core.layout import RUN_FILE, checkpoint_dir
+from mars_core.run.layout import RUN_FILE, checkpoint_dir
 from tasks.paths import prepare_run_dir, run_key
 from tests.conftest import REPO
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import httpx
 import polars as pl
+import pytest
 
-from mars_core.layout import EPISODES_FILE, GENERATE_ROLLOUTS, PRIVATE_CONFIG_FILE, stage_dir
+from mars_core.run.layout import EPISODES_FILE, GENERATE_ROLLOUTS, PRIVATE_CONFIG_FILE, stage_dir
 from tests.conftest import REPO
 from tests.faults.conftest import run_env, train
 from tests.servers import mlflow_in, started
@@ -94,6 +95,7 @@ def _files_with(root: Path, *needles: str) -> list[str]:
                   and any(n.encode() in p.read_bytes() for n in needles))
 
 
+@pytest.mark.benchmarks("gsm8k")
 def test_a_planted_secret_is_in_no_file_table_or_api_answer(tmp_path, tiny_model_dir,
                                                             prefect_api):
     from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL

@@ -7,8 +7,8 @@ import json
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.layout import (FINAL, GENERATE_ROLLOUTS, STRENGTH, STRENGTH_JSON, TRAIN_STEP,
-                              iter_name, stage_dir)
+from mars_core.run.layout import (FINAL, GENERATE_ROLLOUTS, STRENGTH, STRENGTH_JSON, TRAIN_STEP,
+                                  iter_name, stage_dir)
 from tests.conftest import REPO
 from tests.flows.invariants import check_iteration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, task
 
-from tasks.common import PUBLISH_RETRY
+from tasks.stage_runner import PUBLISH_RETRY
 from tasks.tracking import TrackingError
 
 

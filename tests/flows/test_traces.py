@@ -110,7 +110,7 @@ def _episode():
     bot = Turn("g1", "tic_tac_toe", 1, 1, "player_1", "bot:random", "Board: x..", action="o(0,0)")
     bad = Turn("g1", "tic_tac_toe", 2, 0, "player_0", "tiny", "Board: xo.", prompt_ids=(1, 2),
                completion_ids=(3,), reply="hmm", valid=False, error="parsing_failure",
-               error_detail="no move", gate_reason="invalid")
+               error_detail="no move", gate_reason="depends_on_invalid_step")
     info = json.dumps({"arena": {"agents": ["tiny", "bot:random"], "result": ["loss", "win"],
                                  "cause": ["own_error", "opponent_error"],
                                  "decided_by": "rule_error", "teams": [0, 1]}})
@@ -136,7 +136,8 @@ def test_every_game_is_a_trace_with_a_span_per_move(store):
         == (12, 3)
     assert first.attributes["mars.seat"] == 0 and first.span_type == "CHAT_MODEL"
     assert bot.span_type == "TOOL" and bot.attributes["mars.agent"] == "bot:random"
-    assert bad.attributes["mars.valid"] is False and bad.attributes["mars.gate_reason"] == "invalid"
+    assert bad.attributes["mars.valid"] is False
+    assert bad.attributes["mars.gate_reason"] == "depends_on_invalid_step"
     assert bad.status.status_code == "ERROR" and bad.attributes["mars.outcome"] == "invalid"
 
 

@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 
-from mars_core.config_train import AlgorithmConfig, OptimConfig, TrainerConfig
+from mars_core.config.train import AlgorithmConfig, OptimConfig, TrainerConfig
 from mars_core.engines.hf import HFEngine
-from mars_core.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
-                               sequence_logprobs)
+from mars_core.training.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
+                                        sequence_logprobs)
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.gpu
@@ -30,13 +30,13 @@ def test_engine_samples_on_the_gpu_with_matching_logprobs(tiny_model_dir):
 
 @pytest.mark.parametrize("backend", ["torch", "deepspeed"])
 def test_a_bf16_ppo_step_on_the_gpu(backend, tiny_model_dir):
-    from mars_core.models import load_model
+    from mars_core.models.weights import load_model
 
     model = load_model(tiny_model_dir).cuda()
     optim = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=2)
     if backend == "deepspeed":
         pytest.importorskip("deepspeed")
-        from mars_core.train_deepspeed import init_deepspeed
+        from mars_core.training.deepspeed_backend import init_deepspeed
 
         for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29541", "RANK": "0",
                      "LOCAL_RANK": "0", "WORLD_SIZE": "1"}.items():

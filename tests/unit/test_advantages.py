@@ -8,17 +8,17 @@ import numpy as np
 import polars as pl
 import pytest
 
-from mars_core.advantages import (
-    mars_code,
-    mars_shared,
-    mars_turn_level,
-    rae,
-    rae_key,
-    rae_update,
-    rloo_env,
-)
-from mars_core.advantages_reference import mars_code_reference, mars_turn_level_reference
-from mars_core.estimators import compute_advantages
+from mars_core.advantages.vectorised import (
+                                             mars_code,
+                                             mars_shared,
+                                             mars_turn_level,
+                                             rae,
+                                             rae_key,
+                                             rae_update,
+                                             rloo_env,
+                                             )
+from mars_core.advantages.reference import mars_code_reference, mars_turn_level_reference
+from mars_core.advantages.estimators import compute_advantages
 from tests.unit.advantage_tables import (COLUMNS, EPS, KUHN, P0, P1, TTT_MARS, TTT_RETURNS, frame,
                                          random_turns, tic_tac_toe)
 

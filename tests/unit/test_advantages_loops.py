@@ -8,25 +8,25 @@ import numpy as np
 import polars as pl
 import pytest
 
-from mars_core.advantages import (
-    grpo_trajectory,
-    mars_code,
-    mars_shared,
-    mars_turn_level,
-    rae,
-    rae_key,
-    rae_update,
-    rloo_env,
-)
-from mars_core.advantages_reference import (
-    grpo_trajectory_reference,
-    mars_code_reference,
-    mars_turn_level_reference,
-    rae_reference,
-    rae_update_reference,
-    rloo_env_reference,
-)
-from mars_core.estimators import ESTIMATORS, compute_advantages
+from mars_core.advantages.vectorised import (
+                                             grpo_trajectory,
+                                             mars_code,
+                                             mars_shared,
+                                             mars_turn_level,
+                                             rae,
+                                             rae_key,
+                                             rae_update,
+                                             rloo_env,
+                                             )
+from mars_core.advantages.reference import (
+                                            grpo_trajectory_reference,
+                                            mars_code_reference,
+                                            mars_turn_level_reference,
+                                            rae_reference,
+                                            rae_update_reference,
+                                            rloo_env_reference,
+                                            )
+from mars_core.advantages.estimators import ESTIMATORS, compute_advantages
 from tests.unit.advantage_tables import (COLUMNS, EPS, KUHN, P0, TTT_RETURNS, frame,
                                          random_turns, tic_tac_toe)
 

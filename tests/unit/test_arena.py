@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from scipy.stats import norm
@@ -18,8 +19,8 @@ from mars_core.arena.schedule import (NEWCOMER, Match, fingerprint, pool_matches
                                       sampled, sides, with_newcomer)
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.registry import make_game
-from mars_core.layout import checkpoint_dir
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.run.layout import checkpoint_dir
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
 BETA, TAU = SIGMA / 2, SIGMA / 100
@@ -137,6 +138,27 @@ def test_a_cut_off_reply_is_a_timeout_not_a_rule_error(tokenizer):
     v = attribute(ep, make_game("tic_tac_toe"))
     assert v["decided_by"] == "length" and v["cause"] == ["timeout", "timeout"]
     assert v["result"] == ["loss", "win"]
+
+
+def _reworded(episode, detail):
+    """The episode with its error turn's `error_detail` (text for people) reworded."""
+    turns = tuple(replace(t, error_detail=detail) if t.error else t for t in episode.turns)
+    return replace(episode, turns=turns)
+
+
+def test_rewording_the_error_detail_leaves_the_classification_unchanged(tokenizer):
+    cut = _play(tokenizer, "tic_tac_toe", ("m", "bot:random"), lambda p: "thinking " * 40,
+                max_new_tokens=8)
+    illegal = _play(tokenizer, "tic_tac_toe", ("bot:random", "m"),
+                    lambda p: "<answer><9,9></answer>")
+    game = make_game("tic_tac_toe")
+    for ep in (cut, illegal):
+        want = attribute(ep, game)
+        for detail in ("the reply ran out of tokens", "truncated: not really",
+                       "context overflow", ""):
+            assert attribute(_reworded(ep, detail), game) == want
+    assert attribute(cut, game)["decided_by"] == "length"
+    assert attribute(illegal, game)["decided_by"] == "rule_error"
 
 
 def test_games_played_to_the_end_are_strategy_with_results_from_the_returns(tokenizer):

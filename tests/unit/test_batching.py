@@ -7,8 +7,8 @@ import random
 import polars as pl
 import pytest
 
-from mars_core.bank import bank_add, bank_read
-from mars_core.batching import build_batch, composition_metrics, reward_bins, with_step_ids
+from mars_core.batching.bank import bank_add, bank_read
+from mars_core.batching.builder import build_batch, composition_metrics, reward_bins, with_turn_ids
 
 SCHEMA = {"episode_id": pl.Utf8, "game": pl.Utf8, "role": pl.Utf8, "turn": pl.Int64,
           "reward": pl.Float64, "completion_ids": pl.List(pl.Int64)}
@@ -34,7 +34,7 @@ def make_pool(spec: dict[str, tuple[int, int]], seed: int = 0, roles: int = 2) -
 
 
 def draw(pool: pl.DataFrame, **kw) -> tuple[pl.DataFrame, dict]:
-    args = {"unit": "step", "size": None, "seed": 0, "max_steps_per_episode": None,
+    args = {"unit": "turn", "size": None, "seed": 0, "max_turns_per_episode": None,
             "reward_bins": 1} | kw
     return build_batch(pool, **args)
 
@@ -80,13 +80,13 @@ def test_trajectory_units_round_robin_by_game():
 
 def test_cap_bounds_steps_per_episode_and_spreads_over_episodes():
     pool = make_pool({"codenames": (25, 8)})
-    capped, comp = draw(pool, size=20, max_steps_per_episode=1, seed=3)
+    capped, comp = draw(pool, size=20, max_turns_per_episode=1, seed=3)
     per_episode = capped.group_by("episode_id").len()["len"]
     assert per_episode.max() == 1
     assert comp["capped_units"] > 0
     free, free_comp = draw(pool, size=20, seed=3)
     assert comp["episodes"] == 20 > free_comp["episodes"]
-    two, _ = draw(pool, size=None, max_steps_per_episode=2, seed=1)
+    two, _ = draw(pool, size=None, max_turns_per_episode=2, seed=1)
     assert two.group_by("episode_id").len()["len"].max() == 2
     assert two.height == 50  # every episode reaches the cap, nothing more
 
@@ -94,12 +94,12 @@ def test_cap_bounds_steps_per_episode_and_spreads_over_episodes():
 def test_long_trajectory_enters_alone_despite_the_cap():
     long = pool_frame([("long", "ipd", "p0", t, 0.1 * t, [t]) for t in range(10)])
     pool = pl.concat([long, make_pool({"ipd": (4, 2)}, roles=1)])
-    batch, comp = draw(pool, unit="trajectory", max_steps_per_episode=3)
+    batch, comp = draw(pool, unit="trajectory", max_turns_per_episode=3)
     assert batch.filter(pl.col("episode_id") == "long").height == 10
     assert comp["units"] == 5 and comp["capped_units"] == 0
     # a second trajectory of the same episode would exceed the cap: refused
     extra = pool_frame([("long", "ipd", "p1", 10, 0.0, [0])])
-    batch2, comp2 = draw(pl.concat([pool, extra]), unit="trajectory", max_steps_per_episode=3)
+    batch2, comp2 = draw(pl.concat([pool, extra]), unit="trajectory", max_turns_per_episode=3)
     assert comp2["capped_units"] == 1
     assert batch2.filter(pl.col("episode_id") == "long")["role"].n_unique() == 1
 
@@ -107,17 +107,17 @@ def test_long_trajectory_enters_alone_despite_the_cap():
 # ---------------------------------------------------------------------------- determinism
 
 
-@pytest.mark.parametrize("unit", ["step", "trajectory"])
+@pytest.mark.parametrize("unit", ["turn", "trajectory"])
 def test_same_seed_same_batch_and_row_order_does_not_matter(unit):
     pool = make_pool({"blotto": (15, 5), "kuhn_poker": (15, 3)})
-    kw = {"unit": unit, "size": 12, "reward_bins": 3, "max_steps_per_episode": 4, "seed": 7}
+    kw = {"unit": unit, "size": 12, "reward_bins": 3, "max_turns_per_episode": 4, "seed": 7}
     first, comp = draw(pool, **kw)
     again, comp_again = draw(pool, **kw)
     shuffled, comp_shuffled = draw(pool.sample(fraction=1.0, shuffle=True, seed=11), **kw)
     assert first.equals(again) and first.equals(shuffled)
     assert comp == comp_again == comp_shuffled
-    others = [set(draw(pool, **(kw | {"seed": s}))[0]["step_id"]) for s in range(8, 12)]
-    assert any(o != set(first["step_id"]) for o in others)
+    others = [set(draw(pool, **(kw | {"seed": s}))[0]["turn_id"]) for s in range(8, 12)]
+    assert any(o != set(first["turn_id"]) for o in others)
 
 
 def test_batch_sorted_by_game_episode_turn():
@@ -130,35 +130,35 @@ def test_batch_sorted_by_game_episode_turn():
 
 
 def test_excluded_steps_never_appear_and_are_counted():
-    pool = with_step_ids(make_pool({"blotto": (5, 4)}))
-    exclude = set(pool["step_id"].to_list()[::3])
+    pool = with_turn_ids(make_pool({"blotto": (5, 4)}))
+    exclude = set(pool["turn_id"].to_list()[::3])
     batch, comp = draw(pool, exclude=exclude, reward_bins=2)
-    assert not exclude & set(batch["step_id"])
+    assert not exclude & set(batch["turn_id"])
     assert comp["excluded_steps"] == len(exclude)
     assert comp["pool_steps"] == pool.height
     assert batch.height == pool.height - len(exclude)
 
 
-@pytest.mark.parametrize("unit", ["step", "trajectory"])
+@pytest.mark.parametrize("unit", ["turn", "trajectory"])
 def test_successive_batches_never_repeat_a_step(unit):
     pool = make_pool({"blotto": (8, 4), "kuhn_poker": (5, 3)})
     seen: set[str] = set()
     for k in range(100):
         batch, _ = draw(pool, unit=unit, size=5, seed=k, reward_bins=3,
-                        max_steps_per_episode=3, exclude=seen)
+                        max_turns_per_episode=3, exclude=seen)
         if batch.is_empty():
             break
-        ids = set(batch["step_id"])
+        ids = set(batch["turn_id"])
         assert not ids & seen
         seen |= ids
-    assert seen == set(with_step_ids(pool)["step_id"])
+    assert seen == set(with_turn_ids(pool)["turn_id"])
 
 
-@pytest.mark.parametrize("unit", ["step", "trajectory"])
+@pytest.mark.parametrize("unit", ["turn", "trajectory"])
 def test_defaults_give_the_whole_pool(unit):
     pool = make_pool({"blotto": (4, 3), "kuhn_poker": (3, 2)})
     batch, comp = draw(pool, unit=unit)
-    expected = with_step_ids(pool).sort(["game", "episode_id", "turn"])
+    expected = with_turn_ids(pool).sort(["game", "episode_id", "turn"])
     assert batch.drop("reward_bin").equals(expected)
     assert comp["pool_units"] == comp["units"]
 
@@ -167,14 +167,14 @@ def test_defaults_give_the_whole_pool(unit):
 
 
 def test_drawn_trajectories_are_complete():
-    pool = with_step_ids(make_pool({"blotto": (10, 6), "kuhn_poker": (10, 4)}, seed=2))
-    exclude = {s for s in pool["step_id"] if s.endswith("/0")}
+    pool = with_turn_ids(make_pool({"blotto": (10, 6), "kuhn_poker": (10, 4)}, seed=2))
+    exclude = {s for s in pool["turn_id"] if s.endswith("/0")}
     batch, comp = draw(pool, unit="trajectory", size=7, reward_bins=2, exclude=exclude)
     assert comp["units"] == 7 == batch.select("episode_id", "role").n_unique()
-    remaining = pool.filter(~pl.col("step_id").is_in(list(exclude)))
+    remaining = pool.filter(~pl.col("turn_id").is_in(list(exclude)))
     for (ep, role), rows in batch.group_by(["episode_id", "role"]):
         want = remaining.filter((pl.col("episode_id") == ep) & (pl.col("role") == role))
-        assert set(rows["step_id"]) == set(want["step_id"])
+        assert set(rows["turn_id"]) == set(want["turn_id"])
     # every step of a trajectory carries the trajectory's bin
     assert batch.group_by(["episode_id", "role"]).agg(pl.col("reward_bin").n_unique())[
         "reward_bin"].max() == 1
@@ -188,13 +188,13 @@ def test_bins_formula_and_ties():
     rows += [(f"t{i}", "h", "p0", 0, r, []) for i, r in enumerate([0.0] * 4 + [1.0] * 2)]
     rows += [(f"k{i}", "k", "p0", 0, r, []) for i, r in enumerate([1.0, 0.0, 1.0, 2.0, 1.0, 1.0])]
     pool = pool_frame(rows)
-    bins = reward_bins(pool, "step", 3).to_list()
+    bins = reward_bins(pool, "turn", 3).to_list()
     assert bins[:6] == [2, 0, 1, 0, 2, 1]
     # ties: four 0.0 share average rank 2.5 -> bin 0; two 1.0 share rank 5.5 -> bin 2
     assert bins[6:12] == [0, 0, 0, 0, 2, 2]
     # four 1.0 share average rank 3.5 -> bin 1 (min rank would give 0, max rank 2)
     assert bins[12:] == [1, 0, 1, 2, 1, 1]
-    assert reward_bins(pool, "step", 1).to_list() == [0] * 18
+    assert reward_bins(pool, "turn", 1).to_list() == [0] * 18
 
 
 def test_trajectory_bins_use_returns():
@@ -253,7 +253,7 @@ def test_bank_add_is_atomic_on_failure(tmp_path, monkeypatch):
 
 def test_composition_counts_match_the_batch_and_metric_names():
     pool = make_pool({"blotto": (6, 4), "kuhn_poker": (6, 3)})
-    batch, comp = draw(pool, unit="trajectory", size=9, reward_bins=3, max_steps_per_episode=2,
+    batch, comp = draw(pool, unit="trajectory", size=9, reward_bins=3, max_turns_per_episode=2,
                        exclude={"blotto-0/0"})
     assert comp["steps"] == batch.height == sum(comp["by_game"].values())
     assert sum(comp["by_role"].values()) == sum(comp["by_bin"].values()) == batch.height
@@ -276,7 +276,7 @@ def test_composition_counts_match_the_batch_and_metric_names():
 
 def test_empty_pool_gives_an_empty_batch():
     pool = make_pool({"blotto": (2, 2)})
-    batch, comp = draw(pool, exclude=set(with_step_ids(pool)["step_id"]))
+    batch, comp = draw(pool, exclude=set(with_turn_ids(pool)["turn_id"]))
     assert batch.is_empty() and "reward_bin" in batch.columns
     assert comp["units"] == comp["steps"] == comp["episodes"] == 0
 
@@ -288,7 +288,7 @@ def test_empty_pool_gives_an_empty_batch():
     ({"unit": "episode"}, "unit must be one of"),
     ({"size": 0}, "size must be an int >= 1"),
     ({"reward_bins": 0}, "reward_bins must be an int >= 1"),
-    ({"max_steps_per_episode": 0}, "max_steps_per_episode must be"),
+    ({"max_turns_per_episode": 0}, "max_turns_per_episode must be"),
     ({"seed": 1.5}, "seed must be an int"),
 ])
 def test_bad_arguments(kw, message):
@@ -300,7 +300,7 @@ def test_bad_pools(tmp_path):
     pool = make_pool({"blotto": (2, 2)})
     with pytest.raises(ValueError, match="missing required column 'reward'"):
         draw(pool.drop("reward"))
-    with pytest.raises(ValueError, match="duplicate step_id"):
+    with pytest.raises(ValueError, match="duplicate turn_id"):
         draw(pl.concat([pool, pool.head(1)]))
     with pytest.raises(ValueError, match="'reward' has null values"):
         draw(pool.with_columns(pl.lit(None, dtype=pl.Float64).alias("reward")))
@@ -316,6 +316,6 @@ def test_two_seats_sharing_a_role_are_two_trajectory_units():
                          "reward": [1.0, -1.0, 0.5, 0.0]})
     batch, comp = draw(pool, unit="trajectory")
     assert comp["units"] == 2 and batch.height == 4
-    capped, comp = draw(pool, unit="trajectory", max_steps_per_episode=2)
+    capped, comp = draw(pool, unit="trajectory", max_turns_per_episode=2)
     assert comp["units"] == 1 and comp["capped_units"] == 1
     assert capped.height == 2 and capped["player"].n_unique() == 1

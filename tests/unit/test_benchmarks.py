@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import (BENCHMARKS, ENV_DIR, HUB, MMLU_STEM_SUBJECTS, PUBLISHERS, SHIPPED,
-                             SHIPPED_DIR, BenchmarkError, check_names, data_dir, load, spread,
+                             BenchmarkError, check_names, data_dir, load, spread,
                              task_prompt)
+from tests.benchmark_files import benchmark_folder
 
 SIZES = {"math500": 500, "gsm8k": 1319, "aqua": 254, "aime24": 30, "amc23": 40,
          "mmlu_stem": 3018}
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.benchmarks(n))
+                                  for n in SHIPPED])
 def test_shipped_files_load_into_one_format(name):
     qs = load(name)
     assert len(qs) == SIZES[name]
@@ -31,6 +33,7 @@ def test_shipped_files_load_into_one_format(name):
         assert all(q.kind == "math" and not q.choices for q in qs)
 
 
+@pytest.mark.benchmarks("gsm8k", "amc23", "math500", "aqua", "mmlu_stem")
 def test_references_are_read_as_their_publishers_mean_them():
     assert load("gsm8k")[0].reference == "18"  # the number after ####
     assert load("amc23")[0].reference == "27"  # 27.0
@@ -41,6 +44,7 @@ def test_references_are_read_as_their_publishers_mean_them():
     assert mmlu.reference == "C" and len(mmlu.choices) == 4  # index 2
 
 
+@pytest.mark.benchmarks("mmlu_stem")
 def test_limit_spreads_evenly_and_is_stable():
     qs = load("mmlu_stem", limit=10)
     assert len(qs) == 10 and qs == load("mmlu_stem", limit=10)
@@ -50,6 +54,7 @@ def test_limit_spreads_evenly_and_is_stable():
         spread([1, 2], 0)
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_task_prompt_asks_for_the_answer_format():
     assert "\\boxed{}" in task_prompt(load("gsm8k", limit=1)[0])
     assert "letter" in task_prompt(load("aqua", limit=1)[0])
@@ -124,7 +129,9 @@ def _parquet(path, rows):
 
 
 def _shipped(name):
-    return [json.loads(line) for line in (SHIPPED_DIR / f"{name}.jsonl").open(encoding="utf-8")]
+    """The rows of a shipped file, from where `load` reads them (`benchmark_folder`)."""
+    with open(benchmark_folder() / f"{name}.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
 
 
 def _without(rows, *keys):
@@ -181,6 +188,7 @@ def mirror(tmp_path_factory):
         yield root
 
 
+@pytest.mark.benchmarks("mmlu_stem")
 def test_every_benchmark_has_a_publisher():
     assert set(PUBLISHERS) == set(BENCHMARKS)
     assert all(PUBLISHERS[n].id.count("/") == 1 for n in BENCHMARKS)
@@ -188,6 +196,7 @@ def test_every_benchmark_has_a_publisher():
     assert MMLU_STEM_SUBJECTS == tuple(dict.fromkeys(r["type"] for r in _shipped("mmlu_stem")))
 
 
+@pytest.mark.benchmarks()  # the mirror holds every shipped file
 @pytest.mark.parametrize("name", SHIPPED)
 def test_publisher_rows_give_the_file_loaders_questions(name, mirror):
     hub = load(name, f"{HUB}{mirror}")
@@ -200,6 +209,7 @@ def test_publisher_rows_give_the_file_loaders_questions(name, mirror):
     assert hub == files
 
 
+@pytest.mark.benchmarks()
 def test_gpqa_from_the_hub_layout_is_its_csv(mirror, tmp_path):
     _gpqa_csv(tmp_path / "gpqa.csv")
     hub = load("gpqa_diamond", gpqa_path=f"{HUB}{mirror}")
@@ -248,6 +258,7 @@ def test_unreachable_hub_is_one_line_and_quick(tmp_path):
     assert "HuggingFaceH4/MATH-500" in out.stdout and "--data-dir DIR" in out.stdout
 
 
+@pytest.mark.benchmarks()
 def test_hub_sources_are_checked_in_one_line(mirror, tmp_path, monkeypatch):
     assert data_dir(f"{HUB}{mirror}") == f"{HUB}{mirror}"
     with pytest.raises(BenchmarkError, match="hub is offline here.*--data-dir DIR"):

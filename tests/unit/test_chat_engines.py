@@ -31,7 +31,7 @@ def _conv(text: str, system: bool = True) -> list[dict]:
 @pytest.fixture(scope="module")
 def hf_chat(tiny_model_dir):
     from mars_core.engines.hf import HFEngine
-    from mars_core.models import load_model, load_tokenizer
+    from mars_core.models.weights import load_model, load_tokenizer
 
     engine = HFEngine(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), batch_size=4)
     return HFChatEngine(engine)
@@ -42,7 +42,7 @@ CONVS = [_conv("What is 2 + 2?"), _conv("Name a colour."),
 
 
 def test_hf_batch_gives_one_reply_per_conversation_with_token_counts(hf_chat):
-    params = ChatParams(max_tokens=12, seed=3)
+    params = ChatParams(max_new_tokens=12, seed=3)
     replies = hf_chat.chat(CONVS, params)
     assert len(replies) == 3 and all(isinstance(r, ChatReply) for r in replies)
     tok = hf_chat.tokenizer
@@ -52,7 +52,7 @@ def test_hf_batch_gives_one_reply_per_conversation_with_token_counts(hf_chat):
         if not isinstance(expected, list):  # newer transformers return a BatchEncoding
             expected = expected["input_ids"]
         assert reply.prompt_tokens == len(expected)
-        assert 0 < reply.completion_tokens <= params.max_tokens
+        assert 0 < reply.completion_tokens <= params.max_new_tokens
         assert reply.error == "" and reply.finish_reason in ("stop", "length")
         assert reply.text == reply.text.strip()
     # the system message is rendered into the prompt: a longer one lengthens the encoding
@@ -62,11 +62,11 @@ def test_hf_batch_gives_one_reply_per_conversation_with_token_counts(hf_chat):
 
 
 def test_hf_same_seed_same_replies_and_order_is_kept(hf_chat):
-    params = ChatParams(max_tokens=6, seed=7)
+    params = ChatParams(max_new_tokens=6, seed=7)
     first = hf_chat.chat(CONVS, params)
     again = hf_chat.chat(CONVS, params)
     assert first == again
-    other = hf_chat.chat(CONVS, ChatParams(max_tokens=6, seed=8))
+    other = hf_chat.chat(CONVS, ChatParams(max_new_tokens=6, seed=8))
     assert [r.text for r in other] != [r.text for r in first]  # the seed is used
     # a reply depends on its conversation, the seed and its index, not on the rest of the batch
     assert hf_chat.chat(CONVS[:1], params)[0] == first[0]
@@ -75,7 +75,7 @@ def test_hf_same_seed_same_replies_and_order_is_kept(hf_chat):
 def test_hf_conversation_longer_than_the_context_is_a_reply_error(hf_chat):
     limit = hf_chat.engine.max_positions
     long = _conv("word " * (limit + 200))
-    replies = hf_chat.chat([CONVS[0], long, CONVS[1]], ChatParams(max_tokens=8, seed=1))
+    replies = hf_chat.chat([CONVS[0], long, CONVS[1]], ChatParams(max_new_tokens=8, seed=1))
     overflow = replies[1]
     assert overflow.error and "context" in overflow.error and "\n" not in overflow.error
     assert overflow.text == "" and overflow.completion_tokens == 0
@@ -92,11 +92,11 @@ def test_hf_conversation_longer_than_the_context_is_a_reply_error(hf_chat):
 ])
 def test_hf_bad_conversations_are_value_errors(hf_chat, bad):
     with pytest.raises(ValueError, match="conversation"):
-        hf_chat.chat(bad, ChatParams(max_tokens=4))
+        hf_chat.chat(bad, ChatParams(max_new_tokens=4))
 
 
 def test_hf_no_conversations_no_replies(hf_chat):
-    assert hf_chat.chat([], ChatParams(max_tokens=4)) == []
+    assert hf_chat.chat([], ChatParams(max_new_tokens=4)) == []
 
 
 # ---------------------------------------------------------------- OpenAIChatEngine (HTTP)
@@ -190,7 +190,7 @@ class FakeServer:
 
 
 def test_openai_request_carries_every_sampling_value_and_the_model():
-    params = ChatParams(temperature=0.6, top_p=0.95, top_k=20, max_tokens=33, seed=5)
+    params = ChatParams(temperature=0.6, top_p=0.95, top_k=20, max_new_tokens=33, seed=5)
     with FakeServer() as srv:
         engine = OpenAIChatEngine(srv.url)
         assert engine.model == "served-model" and engine.name == "openai:served-model"
@@ -214,13 +214,13 @@ def test_openai_named_model_and_v1_url_forms():
     with FakeServer() as srv:
         named = OpenAIChatEngine(srv.url + "/v1/", model="second-model")
         assert named.model == "second-model" and named.url == srv.url
-        assert named.chat([_conv("x")], ChatParams(max_tokens=4))[0].text == "echo: x"
+        assert named.chat([_conv("x")], ChatParams(max_new_tokens=4))[0].text == "echo: x"
         assert OpenAIChatEngine(srv.url + "/v1").model == "served-model"
     assert srv.bodies[0]["model"] == "second-model"
     with FakeServer(models=False) as srv:  # a named model needs no model list
         named = OpenAIChatEngine(srv.url, model="m")
         assert named.max_model_len is None
-        assert named.chat([_conv("y")], ChatParams(max_tokens=4))[0].text == "echo: y"
+        assert named.chat([_conv("y")], ChatParams(max_new_tokens=4))[0].text == "echo: y"
 
 
 def test_openai_max_tokens_is_capped_at_the_listed_context():
@@ -229,22 +229,22 @@ def test_openai_max_tokens_is_capped_at_the_listed_context():
     with FakeServer() as srv:
         capped = OpenAIChatEngine(srv.url)  # served-model lists max_model_len 100
         assert capped.max_model_len == 100
-        capped.chat([_conv("a")], ChatParams(max_tokens=8192))
-        capped.chat([_conv("b")], ChatParams(max_tokens=60))
+        capped.chat([_conv("a")], ChatParams(max_new_tokens=8192))
+        capped.chat([_conv("b")], ChatParams(max_new_tokens=60))
         free = OpenAIChatEngine(srv.url, model="second-model")  # lists no context
         assert free.max_model_len is None
-        free.chat([_conv("c")], ChatParams(max_tokens=8192))
+        free.chat([_conv("c")], ChatParams(max_new_tokens=8192))
     assert [b["max_tokens"] for b in srv.bodies] == [100, 60, 8192]
 
 
 def test_openai_conversations_go_out_concurrently_within_the_limit():
     convs = [_conv(f"q{i}") for i in range(6)]
     with FakeServer(delay_s=0.3) as srv:
-        replies = OpenAIChatEngine(srv.url).chat(convs, ChatParams(max_tokens=4))
+        replies = OpenAIChatEngine(srv.url).chat(convs, ChatParams(max_new_tokens=4))
         assert [r.text for r in replies] == [f"echo: q{i}" for i in range(6)]
         assert srv.max_in_flight > 1
     with FakeServer(delay_s=0.05) as srv:
-        OpenAIChatEngine(srv.url, max_concurrency=2).chat(convs, ChatParams(max_tokens=4))
+        OpenAIChatEngine(srv.url, max_concurrency=2).chat(convs, ChatParams(max_new_tokens=4))
         assert srv.max_in_flight <= 2 and len(srv.bodies) == 6
 
 
@@ -252,7 +252,7 @@ def test_openai_each_failure_is_that_conversations_error_only():
     kinds = ["http500", "badjson", "nochoices", "drop"]
     convs = [_conv("ok0")] + [_conv(k) for k in kinds] + [_conv("ok1")]
     with FakeServer() as srv:
-        replies = OpenAIChatEngine(srv.url).chat(convs, ChatParams(max_tokens=4))
+        replies = OpenAIChatEngine(srv.url).chat(convs, ChatParams(max_new_tokens=4))
     assert len(replies) == len(convs)
     assert (replies[0].text, replies[-1].text) == ("echo: ok0", "echo: ok1")
     assert replies[0].error == replies[-1].error == ""
@@ -283,7 +283,7 @@ def test_openai_bad_conversations_are_value_errors_before_any_request():
         engine = OpenAIChatEngine(srv.url)
         for bad in ([[]], [_conv("fine"), [{"content": "no role"}]]):
             with pytest.raises(ValueError, match="conversation"):
-                engine.chat(bad, ChatParams(max_tokens=4))
+                engine.chat(bad, ChatParams(max_new_tokens=4))
         assert engine.chat([], ChatParams()) == []
     assert srv.bodies == []
 

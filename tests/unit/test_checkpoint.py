@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mars_core.checkpoint import DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy, \
+from mars_core.run.checkpoint import DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy, \
     is_heavy, prune_plan
 
 

@@ -16,7 +16,7 @@ def test_every_subcommand_comes_from_the_table():
 
 def test_the_environment_is_quiet_and_offline_unless_hf_is_asked(monkeypatch):
     from cli.main import main
-    from mars_core import offline
+    from mars_core.run import offline
 
     for key in offline.ENV:
         monkeypatch.delenv(key, raising=False)
@@ -27,3 +27,18 @@ def test_the_environment_is_quiet_and_offline_unless_hf_is_asked(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     main(["services", "--prefect-port", "0", "--runs-dir", "hf://x"])
     assert "HF_HUB_OFFLINE" not in os.environ and os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"
+
+
+def test_eval_games_is_the_game_evaluation_and_strategic_still_works():
+    from cli import evaluate
+
+    args = ["--policy", "bot:random", "--games", "tic_tac_toe", "--n", "1"]
+    new = parser().parse_args(["eval", "games", *args])
+    old = parser().parse_args(["eval", "strategic", *args])
+    for a in (new, old):
+        evaluate.check(a)  # the former name is normalised to the one word
+    assert vars(new) == vars(old) and new.kind == "games"
+    assert evaluate.done(old, {"records": 2, "out": "r.json", "mlflow_run_id": None}) == \
+        "mars: done: 2 records in r.json"
+    mas = parser().parse_args(["eval", "mas", "--model", "embedded", "--max-tokens", "9"])
+    assert mas.max_new_tokens == 9  # the token limit's former flag

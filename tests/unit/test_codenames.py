@@ -11,7 +11,7 @@ import pytest
 from mars_core.games import codenames as cn
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE
 from mars_core.games.registry import make_game
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
 
 WIN_RED, WIN_BLUE, DRAW = (1.0, 1.0, -1.0, -1.0), (-1.0, -1.0, 1.0, 1.0), (0.0,) * 4

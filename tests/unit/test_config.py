@@ -65,7 +65,7 @@ def test_extends_refuses_cycles_and_missing_bases(tmp_path):
 
 
 @pytest.mark.parametrize("items, message", [
-    (["algorithm.estimator=mars", "batching.unit=step"], "needs whole trajectories"),
+    (["algorithm.estimator=mars", "batching.unit=turn"], "needs whole trajectories"),
     (["algorithm.estimator=mars_shared", "algorithm.group_keys=[game, role]"], "groups by game alone"),
     (["algorithm.loss_aggregation=token_sum"], "loss_aggregation"),
     (["batching.size=0"], "batching.size"),
@@ -128,3 +128,32 @@ def test_learning_recipes_load_as_the_readme_describes_them():
     assert ppo.optim.minibatches * ppo.algorithm.ppo_epochs > 1
     assert ppo.algorithm.clip_eps_high > ppo.algorithm.clip_eps and ppo.algorithm.entropy_coef > 0
     assert ppo.evaluation.opponents_for("kuhn_poker") == ("bot:random", "bot:nash")
+
+
+@pytest.mark.parametrize("former, now, read", [
+    ("rollout.max_tokens=12", "rollout.max_new_tokens=12", lambda c: c.rollout.max_new_tokens),
+    ("rollout.per_game.codenames.max_tokens=7", "rollout.per_game.codenames.max_new_tokens=7",
+     lambda c: c.rollout.per_game["codenames"].max_new_tokens),
+    ("batching.max_steps_per_episode=4", "batching.max_turns_per_episode=4",
+     lambda c: c.batching.max_turns_per_episode),
+    ("batching.unit=step", "batching.unit=turn", lambda c: c.batching.unit),
+])
+def test_former_names_read_as_the_one_word_with_a_deprecation_note(former, now, read):
+    with pytest.warns(FutureWarning, match="deprecated: it is now"):
+        old = load_config(None, [former, "algorithm.estimator=rloo_env"])
+    new = load_config(None, [now, "algorithm.estimator=rloo_env"])
+    assert read(old) == read(new) and old == new
+    assert "max_tokens" not in str(new.flat()) and "max_steps" not in str(new.flat())
+
+
+def test_a_former_name_beside_its_new_one_is_refused():
+    with pytest.raises(ConfigError, match="'max_tokens' is the former name of 'max_new_tokens'"):
+        load_config(None, ["rollout.max_tokens=12", "rollout.max_new_tokens=3"])
+
+
+def test_a_renamed_flow_parameter_reads_its_former_name_with_a_note():
+    from mars_core.config.base import former
+
+    assert former(None, "max_tokens", 1024, "max_new_tokens") == 1024  # not given: no note
+    with pytest.warns(FutureWarning, match="parameter 'strategic_preset' is deprecated"):
+        assert former("q.yaml", "strategic_preset", "d.yaml", "game_eval_preset") == "q.yaml"

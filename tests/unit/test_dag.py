@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from mars_core import layout
-from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, EVALUATE, FILTER_STEPS,
-                              FINAL, INIT, REPLAYS, SAVE_CHECKPOINT, STRENGTH, TRAIN_STEP,
-                              UndeclaredInput, input_dir)
+from mars_core.run import layout
+from mars_core.run.layout import (ASSIGN_REWARDS, BANK_EPISODES, BUILD_BATCH, EVALUATE,
+                                  FILTER_STEPS, FINAL, INIT, REPLAYS, SAVE_CHECKPOINT, STRENGTH,
+                                  TRAIN_STEP, UndeclaredInput, input_dir)
 from tests.conftest import REPO
 
 SCANNED = sorted((REPO / "tasks").glob("*.py")) + sorted((REPO / "flows").glob("*.py"))
-LAYOUT = "mars_core.layout"
+LAYOUT = "mars_core.run.layout"
 ALL_STAGES = {s for _, stages in layout.STAGES for s in stages}
 STAGE_CONSTANTS = {name: value for name, value in vars(layout).items()  # (MODEL_DIR is a file)
                    if isinstance(value, str) and name.isupper() and value in ALL_STAGES
@@ -72,7 +72,7 @@ class Code:
         owners: dict[tuple[str, str], set[str]] = {}
         seeds = set()
         for key in self.functions:
-            for call in self.calls_of(key, "tasks.common", "run_stage"):
+            for call in self.calls_of(key, "tasks.stage_runner", "run_stage"):
                 stage = self.constant(key, _arg(call, 2, "stage"))
                 if stage in STAGE_CONSTANTS.values():
                     owners[key] = {stage}
@@ -169,7 +169,7 @@ def undeclared_reads(code: Code) -> tuple[list[str], set[tuple[str, str]]]:
                 if UNKNOWN in pair or not ok:
                     problems.append(f"{_where(key, call)}: {pair[0]} reads {pair[1]} "
                                     f"({'same group' if same else 'an earlier group'}), "
-                                    "not declared in mars_core/layout.py")
+                                    "not declared in mars_core/run/layout.py")
                 elif code.owners.get(where) and pair[0] not in code.owners[where]:
                     problems.append(f"{_where(key, call)}: reads as {pair[0]} inside "
                                     f"{where[1]}, which works for {sorted(code.owners[where])}")
@@ -215,12 +215,12 @@ def test_the_scans_catch_an_undeclared_read(tmp_path):
     """A task that reads a stage it does not declare (through input_dir, directly, through a
     helper, under another stage's name) fails the scans."""
     (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "common.py").write_text((REPO / "tasks" / "common.py").read_text())
+    (tmp_path / "tasks" / "stage_runner.py").write_text((REPO / "tasks" / "stage_runner.py").read_text())
     bad = tmp_path / "tasks" / "bad.py"
     bad.write_text(
-        "from mars_core.layout import (ASSIGN_REWARDS, BANK_EPISODES, FILTER_STEPS, REPLAYS,\n"
+        "from mars_core.run.layout import (ASSIGN_REWARDS, BANK_EPISODES, FILTER_STEPS, REPLAYS,\n"
         "                              input_dir, stage_dir)\n"
-        "from tasks.common import run_stage\n"
+        "from tasks.stage_runner import run_stage\n"
         "def _turns(run_dir, k, reader, stage):\n"
         "    return input_dir(run_dir, k, reader=reader, stage=stage)\n"
         "def bank(run_dir, k):\n"
@@ -229,7 +229,7 @@ def test_the_scans_catch_an_undeclared_read(tmp_path):
         "    _turns(run_dir, k, REPLAYS, ASSIGN_REWARDS)\n"
         "    stage_dir(run_dir, k, ASSIGN_REWARDS)\n"
         "    return run_stage(run_dir, k, BANK_EPISODES, None, step=k)\n")
-    (tmp_path / "tasks" / "whole.py").write_text("from mars_core import layout\n")
+    (tmp_path / "tasks" / "whole.py").write_text("from mars_core.run import layout\n")
     code = Code(sorted((tmp_path / "tasks").glob("*.py")), tmp_path)
     problems, used = undeclared_reads(code)
     problems = [p for p in problems if p.startswith("tasks.bad.")]
@@ -246,7 +246,7 @@ def test_the_scans_catch_an_undeclared_read(tmp_path):
 def test_input_dir_refuses_an_undeclared_read(tmp_path):
     it = layout.iter_name(2)
     with pytest.raises(UndeclaredInput, match=f"stage {BANK_EPISODES} of {it} reads {FILTER_STEPS} "
-                       f"of {it}, which mars_core/layout.py does not declare as its input"):
+                       f"of {it}, which mars_core/run/layout.py does not declare as its input"):
         input_dir(tmp_path, 2, reader=BANK_EPISODES, stage=FILTER_STEPS)
     with pytest.raises(UndeclaredInput, match="EARLIER_INPUTS"):  # declared for the same k only
         input_dir(tmp_path, 2, reader=BANK_EPISODES, stage=ASSIGN_REWARDS, at=1)
@@ -276,7 +276,7 @@ def test_the_declared_inputs_form_a_dag():
 def _stage_calls(code: Code, key, seen=()) -> list[str]:
     """The stages a flow function runs, in source order, following the module's own helpers."""
     tasks = {k: next(iter(v)) for k, v in code.owners.items()
-             if k[0].startswith("tasks.") and code.calls_of(k, "tasks.common", "run_stage")}
+             if k[0].startswith("tasks.") and code.calls_of(k, "tasks.stage_runner", "run_stage")}
     found: list[str] = []
 
     def visit(node):

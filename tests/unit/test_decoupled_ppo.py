@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from mars_core.config import AlgorithmConfig, OptimConfig
-from mars_core.losses import aggregate, importance_weights, policy_loss
-from mars_core.models import load_model
-from mars_core.trainer import Forward, Sample, TorchUpdater, ppo_update, sequence_logprobs
+from mars_core.training.losses import aggregate, importance_weights, policy_loss
+from mars_core.models.weights import load_model
+from mars_core.training.trainer import Forward, Sample, TorchUpdater, ppo_update, sequence_logprobs
 
 
 def _samples(n=8, seed=0, temperature=0.8):

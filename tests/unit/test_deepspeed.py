@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mars_core import train_deepspeed as ds
+from mars_core.training import deepspeed_backend as ds
 from mars_core.config import OptimConfig, TrainerConfig
 
 
@@ -63,11 +63,11 @@ def test_ds_config_rejects_managed_accumulation_and_bad_world():
 def test_launch_commands():
     torchrun = ds.launch_command(_trainer(launcher="torchrun", num_processes=2), "/x/spec.json")
     assert torchrun == [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc_per_node", "2", "-m", "mars_core.train_deepspeed", "/x/spec.json"]
+                        "--nproc_per_node", "2", "-m", "mars_core.training.deepspeed_backend", "/x/spec.json"]
     runner = ds.launch_command(_trainer(num_processes=3), "/x/spec.json")
     assert runner[:7] == [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "3",
                           "--no_local_rank", "--master_port"]
-    assert int(runner[7]) > 0 and runner[-3:] == ["--module", "mars_core.train_deepspeed", "/x/spec.json"]
+    assert int(runner[7]) > 0 and runner[-3:] == ["--module", "mars_core.training.deepspeed_backend", "/x/spec.json"]
     multi = ds.launch_command(_trainer(hostfile="/etc/hosts.ds"), "/x/spec.json")
     assert multi[multi.index("--hostfile") + 1] == "/etc/hosts.ds" and "--master_port" not in multi
 
@@ -157,12 +157,13 @@ def test_deepspeed_updater_accumulates_unscaled_and_reports_the_step_lr():
 FLOW = """
 import json, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from mars_core import train_deepspeed as ds
+from mars_core.training import deepspeed_backend as ds
 from mars_core.config import TrainerConfig
 trainer = TrainerConfig(backend="deepspeed", deepspeed={"launcher": sys.argv[3]})
 ds.launch(json.loads(sys.argv[1]), trainer, sys.argv[2])
 """
-RANK = b"-u\x00-m\x00mars_core.train_deepspeed\x00"  # a rank's command line, either launcher
+# a rank's command line, either launcher
+RANK = b"-u\x00-m\x00mars_core.training.deepspeed_backend\x00"
 
 
 def _descendants(pid: int) -> list[int]:

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from mars_core.advantages import (grpo_trajectory, mars_code, mars_shared, mars_turn_level, rae,
-                                  rae_update, rloo_env)
-from mars_core.config_train import TRAJECTORY_ESTIMATORS, AlgorithmConfig
-from mars_core.estimators import ESTIMATORS, compute_advantages, estimator
+from mars_core.advantages.vectorised import (grpo_trajectory, mars_code, mars_shared,
+                                             mars_turn_level, rae, rae_update, rloo_env)
+from mars_core.config.train import TRAJECTORY_ESTIMATORS, AlgorithmConfig
+from mars_core.advantages.estimators import ESTIMATORS, compute_advantages, estimator
 from tests.unit.test_advantages import P0, rae_batch_two, random_turns, tic_tac_toe
 
 FUNCTIONS = {"mars": mars_turn_level, "mars_code": mars_code,
@@ -95,6 +95,6 @@ def test_compute_advantages_runs_the_record():
 
 
 def test_the_config_reads_the_records_without_polars():
-    code = ("import sys, mars_core.config_train, mars_core.estimators; "
+    code = ("import sys, mars_core.config.train, mars_core.advantages.estimators; "
             "assert 'polars' not in sys.modules, 'polars imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,12 +6,13 @@ import pytest
 
 from mars_core.config import RewardsConfig
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
-from mars_core.games.base import INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR, format_answer, parse_reply
+from mars_core.games.base import (INVALID_ACTION as ILLEGAL_ACTION, PARSING_FAILURE as PARSE_ERROR,
+                                  format_answer, parse_reply)
 from mars_core.games.catalog import (COOPERATIVE_GAMES, GAMES, HIDDEN_INFORMATION_GAMES, MARS_GAMES,
                                      MINDGAMES, NASH_GAMES)
 from mars_core.games.registry import make_game
-from mars_core.rewards import mars_turn_rewards
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.postprocess.rewards import mars_turn_rewards
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=48, stop=("</answer>",))
@@ -167,6 +168,6 @@ def test_config_validation_loads_no_game_engine():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyspiel', 'open_spiel', 'textarena', 'torch', 'transformers', 'prefect', 'mlflow') "
             "or m.startswith(('mars_core.games.registry', 'mars_core.games.bots', "
-            "'mars_core.strength', 'mars_core.samplers', 'mars_core.rollout'))))")
+            "'mars_core.evaluation.game_eval', 'mars_core.rollout.samplers', 'mars_core.rollout.play'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

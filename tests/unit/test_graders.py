@@ -17,6 +17,7 @@ from eval import grader_pool
 from eval.answers import extract_letter, strip_reasoning
 from eval.benchmarks import load
 from eval.graders import extracted_answer, is_correct
+from tests.benchmark_files import on_files
 
 
 def _reference(bench: str, wanted: str) -> str:
@@ -50,20 +51,21 @@ MATH_WRONG = [
 ]
 
 
-@pytest.mark.parametrize("bench,ref,replies", MATH_RIGHT)
+@pytest.mark.parametrize("bench,ref,replies", on_files(MATH_RIGHT))
 def test_math_answers_in_every_written_form_are_right(bench, ref, replies):
     ref = _reference(bench, ref)
     for reply in replies:
         assert is_correct(bench, reply, ref), reply
 
 
-@pytest.mark.parametrize("bench,ref,replies", MATH_WRONG)
+@pytest.mark.parametrize("bench,ref,replies", on_files(MATH_WRONG))
 def test_wrong_or_unreadable_math_answers_are_wrong(bench, ref, replies):
     ref = _reference(bench, ref)
     for reply in replies:
         assert not is_correct(bench, reply, ref), reply
 
 
+@pytest.mark.benchmarks("math500")
 def test_every_math500_reference_grades_itself_boxed():
     for q in load("math500"):
         assert is_correct("math500", f"Final answer: \\boxed{{{q.reference}}}", q.reference), \
@@ -76,7 +78,7 @@ LETTER_FORMS = ["C", "(C)", "C)", "\\boxed{C}", "The answer is C", "the answer i
                 "<think>It is A or B</think>\nThe answer is C"]
 
 
-@pytest.mark.parametrize("bench", ["aqua", "mmlu_stem"])
+@pytest.mark.parametrize("bench", on_files(["aqua", "mmlu_stem"]))
 def test_letters_in_every_form(bench):
     q = next(q for q in load(bench) if q.reference == "C")
     for reply in LETTER_FORMS:
@@ -298,7 +300,7 @@ PROSE_FORMS = ["The answer is {}.", "So the final answer is {}", "Answer: {}",
                "<think>maybe {wrong}</think>\nThe answer to the question is {}."]
 
 
-@pytest.mark.parametrize("bench,ref,written,wrong", PROSE)
+@pytest.mark.parametrize("bench,ref,written,wrong", on_files(PROSE))
 def test_answers_stated_in_prose_are_graded_like_boxed_ones(bench, ref, written, wrong):
     ref = _reference(bench, ref)
     assert is_correct(bench, f"\\boxed{{{written}}}", ref)
@@ -307,7 +309,7 @@ def test_answers_stated_in_prose_are_graded_like_boxed_ones(bench, ref, written,
         assert not is_correct(bench, form.format(wrong, wrong=written), ref), form
 
 
-@pytest.mark.parametrize("bench,ref,written,wrong", PROSE)
+@pytest.mark.parametrize("bench,ref,written,wrong", on_files(PROSE))
 def test_other_numbers_in_prose_do_not_count(bench, ref, written, wrong):
     ref = _reference(bench, ref)
     for reply in [f"I tried {written} but the answer is {wrong}",

@@ -44,8 +44,9 @@ def gpqa_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.benchmarks()
 def test_written_tasks_load_in_lm_eval_with_our_prompts_and_sampling(tmp_path):
-    names = harness.write_tasks(list(SHIPPED), tmp_path / "tasks", limit=3, max_tokens=77)
+    names = harness.write_tasks(list(SHIPPED), tmp_path / "tasks", limit=3, max_new_tokens=77)
     assert names == [f"mars_{n}" for n in SHIPPED]
     loaded = _manager(tmp_path / "tasks").load(["mars_gsm8k", "mars_aqua", "mars_mmlu_stem"])
     assert set(loaded["tasks"]) == {"mars_gsm8k", "mars_aqua", "mars_mmlu_stem"}
@@ -62,6 +63,7 @@ def test_written_tasks_load_in_lm_eval_with_our_prompts_and_sampling(tmp_path):
         assert task.config.output_type == "generate_until"
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_process_results_grades_with_our_grader(tmp_path):
     harness.write_tasks(["gsm8k", "aqua"], tmp_path, limit=1)
     tasks = _manager(tmp_path).load(["mars_gsm8k", "mars_aqua"])["tasks"]
@@ -83,8 +85,9 @@ def test_process_results_grades_with_our_grader(tmp_path):
     assert choice_task.process_results(choice_doc, [f"<think>\\boxed{{{right}}}"]) == {"acc": 0}
 
 
+@pytest.mark.benchmarks("gsm8k", "aqua")
 def test_run_harness_with_the_embedded_model(embedded_dir):
-    out = harness.run_harness(["gsm8k", "aqua"], model_dir=embedded_dir, limit=2, max_tokens=32,
+    out = harness.run_harness(["gsm8k", "aqua"], model_dir=embedded_dir, limit=2, max_new_tokens=32,
                               batch_size=4)
     assert set(out["benchmarks"]) == {"gsm8k", "aqua"}
     for row in out["benchmarks"].values():
@@ -102,7 +105,7 @@ def test_gpqa_runs_and_leaves_nothing_behind(embedded_dir, gpqa_csv, tmp_path, m
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     out = harness.run_harness(["gpqa_diamond"], model_dir=embedded_dir, gpqa_path=gpqa_csv,
-                              limit=1, max_tokens=4)
+                              limit=1, max_new_tokens=4)
     assert out["benchmarks"]["gpqa_diamond"]["n"] == 1
     assert SECRET not in json.dumps(out)
     assert not list(scratch.glob("mars-harness-*"))  # the task folder is gone
@@ -131,8 +134,8 @@ def test_bad_input_is_a_one_line_value_error(kwargs, message, monkeypatch):
 def test_missing_data_folder_and_bad_limits(tmp_path):
     with pytest.raises(ValueError, match="benchmark folder not found"):
         harness.write_tasks(["gsm8k"], tmp_path, data_dir=tmp_path / "missing")
-    with pytest.raises(ValueError, match="max_tokens must be"):
-        harness.write_tasks(["gsm8k"], tmp_path, max_tokens=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be"):
+        harness.write_tasks(["gsm8k"], tmp_path, max_new_tokens=0)
     with pytest.raises(ValueError, match="no benchmarks"):
         harness.write_tasks([], tmp_path)
 

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from mars_core.engines.hf import HFEngine  # noqa: E402
-from mars_core.models import load_tokenizer, resolve_model  # noqa: E402
+from mars_core.models.weights import load_tokenizer, resolve_model  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402
 
 MAX_POS = 128

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=64, stop=("</answer>",))

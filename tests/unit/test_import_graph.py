@@ -8,6 +8,7 @@ submodule that imports its own package closes a cycle too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -110,6 +111,95 @@ def test_the_core_imports_no_orchestration():
             if imported.split(".")[0] in ORCHESTRATION:
                 offenders.append(f"{name} imports {imported}")
     assert not offenders, "; ".join(sorted(offenders))
+
+
+# The core's own rules: every package of mars_core/ says in its `__init__` docstring what it may
+# import (`May import: a, b.` or `May import: nothing of ours`); beside the packages, two modules
+# every stage reads: the vocabularies (a leaf) and the data model (which speaks them).
+CORE_LEAVES = {"types": {"vocab"}, "vocab": set()}
+_MAY_IMPORT = re.compile(r"^May import: (.*?)[.(]", re.M)
+
+
+def _unit(module: str) -> str | None:
+    """The core package (or leaf) a module belongs to: `mars_core.run.layout` -> `run`."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == PURE and len(parts) > 1 else None
+
+
+def _may_import(init: Path) -> set[str]:
+    found = _MAY_IMPORT.search(ast.get_docstring(ast.parse(init.read_text())) or "")
+    assert found, f"{init.relative_to(REPO)}: its docstring says no 'May import: ...'"
+    words = found.group(1).strip()
+    return set() if words.startswith("nothing") else {w.strip() for w in words.split(",")}
+
+
+def _core_rules() -> dict[str, set[str]]:
+    rules = {leaf: set(allowed) for leaf, allowed in CORE_LEAVES.items()}
+    for init in sorted((REPO / PURE).glob("*/__init__.py")):
+        rules[init.parent.name] = _may_import(init)
+    return rules
+
+
+def _rule_breaks(graph: dict[str, set[str]], rules: dict[str, set[str]]) -> list[str]:
+    """Each import of one core unit by another that the importer's rules do not allow; a
+    module of the core outside every package and leaf; a core module importing the layers
+    above it (tasks, flows, cli, eval)."""
+    out = []
+    for name, imported in sorted(graph.items()):
+        here = _unit(name)
+        if name.split(".")[0] != PURE or name == PURE:
+            continue
+        if here not in rules:
+            out.append(f"{name} is in no package of {PURE}/ (nor {' or '.join(CORE_LEAVES)})")
+            continue
+        for other in sorted(imported):
+            there = _unit(other)
+            if other.split(".")[0] in PACKAGES and other.split(".")[0] != PURE:
+                out.append(f"{name} imports {other}, a layer above the core")
+            elif there is not None and there != here and there not in rules[here]:
+                out.append(f"{name} imports {other}: {here} may import "
+                           f"{', '.join(sorted(rules[here])) or 'nothing of ours'}")
+    return out
+
+
+def test_the_rule_check_finds_breaks():
+    graph = {"mars_core.run.layout": {"mars_core.types"},
+             "mars_core.run.checkpoint": {"mars_core.training.trainer", "tasks.stage_runner"},
+             "mars_core.stray": set(), "mars_core.training.trainer": {"mars_core.run.layout"}}
+    rules = {"run": {"types"}, "types": set(), "training": {"run"}}
+    assert _rule_breaks(graph, rules) == [
+        "mars_core.run.checkpoint imports mars_core.training.trainer: run may import types",
+        "mars_core.run.checkpoint imports tasks.stage_runner, a layer above the core",
+        "mars_core.stray is in no package of mars_core/ (nor types or vocab)"]
+
+
+def test_each_core_package_imports_only_what_its_docstring_allows():
+    rules = _core_rules()
+    assert {"config", "rollout", "training", "run"} <= set(rules)  # the walk saw the packages
+    for unit, allowed in rules.items():
+        assert allowed <= set(rules), f"{unit} may import {allowed - set(rules)}: no such package"
+    breaks = _rule_breaks(_graph(), rules)
+    assert not breaks, "\n".join(breaks)
+
+
+def test_the_core_packages_rules_have_no_cycle():
+    """The rules themselves form layers: no two packages may import each other, even through
+    a third."""
+    rules = _core_rules()
+    cycles = _cycles({unit: set(allowed) for unit, allowed in rules.items()})
+    assert not cycles, "packages allowed to import each other: " + "; ".join(
+        " <-> ".join(c) for c in cycles)
+
+
+VAGUE_NAMES = {"common", "utils", "util", "helpers", "misc"}
+
+
+def test_the_layers_above_the_core_name_their_modules_by_concern():
+    """tasks/, flows/, cli/, eval/: a module says what it holds (the stage runner, the policy
+    paths, the engine factory, the vLLM launcher), never `common` or `utils`."""
+    vague = [str(p.relative_to(REPO)) for pkg in PACKAGES if pkg != PURE
+             for p in sorted((REPO / pkg).rglob("*.py")) if p.stem in VAGUE_NAMES]
+    assert not vague, f"modules named for no concern: {vague}"
 
 
 MAX_LINES = 400

@@ -1,4 +1,4 @@
-"""Small-sample 95% intervals (`mars_core.intervals.mean_ci95` with bounds, everything built
+"""Small-sample 95% intervals (`mars_core.evaluation.intervals.mean_ci95` with bounds, everything built
 on it, and the Wilson interval of accuracies): Student's factor at n = 4, an honest width for
 cells whose outcomes all agree, and coverage checked by simulation."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from eval.mas import paired_difference, wilson
 from eval.systems import Result
-from mars_core.intervals import mean_ci95
-from mars_core.strength import seat_record, strength_rows
+from mars_core.evaluation.intervals import mean_ci95
+from mars_core.evaluation.game_eval import seat_record, paired_rows
 from mars_core.types import Episode
 
 T3 = 3.1824  # Student's t, 97.5% quantile, 3 degrees of freedom (n = 4)
@@ -44,10 +44,10 @@ def test_records_and_paired_rows_of_four_equal_games_have_a_width():
     assert r["normalized_return"] == 100.0 and r["ci95"] > 0
     assert 0 < r["normalized_return"] - r["normalized_ci95"] < 70
     lost = [_ttt(f"g{i}", (-1.0, 1.0)) for i in range(4)]
-    base, later = strength_rows({"start": lost, "iter 1": won}, "start")
+    base, later = paired_rows({"start": lost, "iter 1": won}, "start")
     assert base["ci95"] > 0 and later["ci95"] > 0
     assert later["diff"] == 100.0 and later["diff_ci95"] > 0
-    same, = [r for r in strength_rows({"start": won, "again": won}, "start")
+    same, = [r for r in paired_rows({"start": won, "again": won}, "start")
              if r["policy"] == "again"]
     assert same["diff"] == 0.0 and same["diff_ci95"] > 0  # identical games prove nothing at n=4
 

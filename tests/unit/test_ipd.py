@@ -9,7 +9,7 @@ import pytest
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE
 from mars_core.games.ipd import AlwaysDefectBot, TitForTatBot
 from mars_core.games.registry import make_game
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
 
 GAME = "three_player_ipd"

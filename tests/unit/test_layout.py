@@ -1,4 +1,4 @@
-"""The run folder's layout lives in `mars_core.layout` alone: no other module of the project (tests
+"""The run folder's layout lives in `mars_core.run.layout` alone: no other module of the project (tests
 and benches included) spells a stage's folder name, so renaming a stage there needs no other
 edit. And the layout's facts: stage order, folder helpers, the episode codec."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mars_core import layout
+from mars_core.run import layout
 from mars_core.types import Episode, Turn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,9 +73,9 @@ def _offences(path: Path) -> list[str]:
 
 def test_no_module_but_the_layout_spells_a_stage_folder():
     files = [f for pkg in SCANNED for f in sorted((REPO / pkg).rglob("*.py"))
-             if f != REPO / "mars_core" / "layout.py" and f != Path(__file__).resolve()]
+             if f != REPO / "mars_core" / "run" / "layout.py" and f != Path(__file__).resolve()]
     offences = [o for f in files for o in _offences(f)]
-    assert not offences, ("stage names spelled outside mars_core/layout.py (ask the layout "
+    assert not offences, ("stage names spelled outside mars_core/run/layout.py (ask the layout "
                           "module):\n" + "\n".join(offences))
 
 
@@ -105,7 +105,7 @@ def test_stage_order_is_the_folders_order(tmp_path):
 
 
 def test_finished_stages_come_in_run_order(tmp_path):
-    from mars_core.stages import MARKER
+    from mars_core.run.commit import MARKER
 
     done = [layout.stage_dir(tmp_path, layout.FINAL, layout.FINAL_MODEL),
             layout.stage_dir(tmp_path, 1, layout.GENERATE_ROLLOUTS),
@@ -144,8 +144,8 @@ def test_prefect_task_names_are_their_functions():
     assert [t.name for t in tasks if t.name != t.fn.__name__] == []
 
 
-def test_the_readme_shows_the_stage_order_as_the_folders_do():
-    text = (REPO / "README.md").read_text()
+def test_the_architecture_page_shows_the_stage_order_as_the_folders_do():
+    text = (REPO / "docs" / "architecture.md").read_text()
     start = text.index("iter_k: ")
     block = text[start:text.index("final/model", start)]
     shown = [s for s in re.findall(r"\b[a-z]+(?:_[a-z]+)*\b", block) if s in STAGE_NAMES]

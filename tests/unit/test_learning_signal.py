@@ -9,16 +9,16 @@ import polars as pl
 import pytest
 import torch
 
-from mars_core.bank import trainable_steps
+from mars_core.batching.bank import trainable_turns
 from mars_core.config import AlgorithmConfig, OptimConfig, RewardsConfig
 from mars_core.engines.hf import HFEngine
 from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
-from mars_core.estimators import compute_advantages
-from mars_core.models import load_model
-from mars_core.rewards import mars_turn_rewards
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
-from mars_core.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
-                               sequence_logprobs)
+from mars_core.advantages.estimators import compute_advantages
+from mars_core.models.weights import load_model
+from mars_core.postprocess.rewards import mars_turn_rewards
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.training.trainer import (Forward, Sample, TorchUpdater, make_optimizer, ppo_update,
+                                        sequence_logprobs)
 from mars_core.types import SamplingParams, turns_frame
 
 PARAMS = SamplingParams(max_new_tokens=16, stop=("</answer>",))
@@ -50,7 +50,7 @@ def test_context_overflow_penalty_reaches_the_seats_last_trainable_turn(tokenize
     overflow = ep.turns[2]
     assert overflow.error_detail.startswith("context overflow") and overflow.completion_ids == ()
     assert overflow.reward == pytest.approx(-10.0 - 1.0)  # the invalid reply and the forfeit
-    steps, counts = trainable_steps(turns_frame([ep]))
+    steps, counts = trainable_turns(turns_frame([ep]))
     assert counts == {"carried": 1, "lost": 0}
     assert steps["turn"].to_list() == [0, 1]  # the tokenless turn itself is not a sample
     x, o = steps.row(0, named=True), steps.row(1, named=True)
@@ -65,7 +65,7 @@ def test_context_overflow_penalty_reaches_the_seats_last_trainable_turn(tokenize
 def test_an_overflow_on_a_seats_first_turn_has_nowhere_to_go(tokenizer):
     ep = overflowing_game(tokenizer)
     frame = turns_frame([ep]).filter(pl.col("player") == 0).filter(pl.col("turn") == 2)
-    steps, counts = trainable_steps(frame)
+    steps, counts = trainable_turns(frame)
     assert steps.is_empty() and counts == {"carried": 0, "lost": 1}
 
 
@@ -75,7 +75,7 @@ def test_bots_and_gated_steps_stay_out(tokenizer):
         pl.when(pl.col("player") == 1).then(pl.lit("bot:random")).otherwise(pl.col("agent"))
         .alias("agent"),
         (pl.col("turn") != 2).alias("eligible"))
-    steps, counts = trainable_steps(frame)
+    steps, counts = trainable_turns(frame)
     # seat 1 is a bot, seat 0's overflow is gated: only turn 0 remains, with its own reward
     assert steps["turn"].to_list() == [0] and steps["reward"].to_list() == [pytest.approx(0.05)]
     assert counts == {"carried": 0, "lost": 0}
@@ -141,7 +141,7 @@ def kuhn_samples(tokenizer, sign: float = 1.0):
     episodes = [mars_turn_rewards(ep, RewardsConfig()) for move in ("<BET>", "<PASS>")
                 for ep in scripted_kuhn(tokenizer, move, 3)]
     assert {ep.returns[0] for ep in episodes} == {1.0, -1.0}
-    steps, _ = trainable_steps(turns_frame(episodes))
+    steps, _ = trainable_turns(turns_frame(episodes))
     opening = compute_advantages(steps, "mars").filter(
         (pl.col("player") == 0) & (pl.col("turn") == 0))
     return [Sample(tuple(r["prompt_ids"]), tuple(r["completion_ids"]), sign * r["advantage"],
@@ -242,7 +242,7 @@ def kuhn_card_samples(tokenizer):
                 for ep in play_episodes([EpisodeSpec(f"{s}-{move}", "kuhn_poker", s,
                                                      ("policy", "policy")) for s in seeds],
                                         player(move), prompts, PARAMS, progress=False)]
-    steps, _ = trainable_steps(turns_frame(episodes))
+    steps, _ = trainable_turns(turns_frame(episodes))
     opening = compute_advantages(steps, "mars").filter(
         (pl.col("player") == 0) & (pl.col("turn") == 0))
     return [(card[int(r["episode_id"].split("-")[0])],

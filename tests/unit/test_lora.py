@@ -7,11 +7,11 @@ import copy
 import pytest
 import torch
 
-from mars_core import lora
-from mars_core.checkpoint import load_trainer_state, save_trainer_state
+from mars_core.training import lora
+from mars_core.run.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig, load_config
-from mars_core.models import load_model
-from mars_core.trainer import Forward, Sample, TorchUpdater, make_optimizer, ppo_update, \
+from mars_core.models.weights import load_model
+from mars_core.training.trainer import Forward, Sample, TorchUpdater, make_optimizer, ppo_update, \
     sequence_logprobs
 
 LORA = load_config(None, ["trainer.lora.rank=4"]).trainer.lora

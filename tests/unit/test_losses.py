@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from mars_core.losses import (AGGREGATIONS, aggregate, aggregate_denominator, kl_k3,
-                              masked_seq_mean, policy_loss, ppo_objective)
+from mars_core.training.losses import (AGGREGATIONS, aggregate, aggregate_denominator, kl_k3,
+                                       masked_seq_mean, policy_loss, ppo_objective)
 
 
 def loop_policy_loss(logp, logp_old, adv, mask, clip_eps=0.2, dual_clip=None):
@@ -362,6 +362,6 @@ def test_ppo_objective_without_kl_needs_no_reference(mode):
 def test_the_config_offers_the_aggregation_modes_of_the_loss():
     from typing import get_args
 
-    from mars_core.config_train import AlgorithmConfig
+    from mars_core.config.train import AlgorithmConfig
 
     assert get_args(AlgorithmConfig.model_fields["loss_aggregation"].annotation) == AGGREGATIONS

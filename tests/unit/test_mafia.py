@@ -9,9 +9,9 @@ import pytest
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, format_answer
 from mars_core.games.mafia import SecretMafia
 from mars_core.games.registry import make_game
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import SamplingParams
-from mars_core.validator import validate
+from mars_core.rollout.validator import validate
 
 SEEDS = range(12)
 ANSWER = re.compile(r"<answer>(.*?)</answer>")

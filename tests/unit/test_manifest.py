@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mars_core.manifest import MANIFEST, ManifestError, verify_folder, write_manifest
-from mars_core.models import ModelError, check_model_folder, load_model
+from mars_core.models.manifest import MANIFEST, ManifestError, verify_folder, write_manifest
+from mars_core.models.weights import ModelError, check_model_folder, load_model
 
 
 def _folder(tmp_path):

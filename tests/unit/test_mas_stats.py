@@ -7,7 +7,7 @@ import json
 import pytest
 
 from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
-                      strategic_difference, summarize, wilson, write_records)
+                      game_eval_difference, summarize, wilson, write_records)
 from eval.systems import Result
 
 
@@ -76,19 +76,19 @@ def test_comparison_table_has_table1_layout_with_deltas():
     assert "| model - baseline | single | 0.0 | 100.0 | 50.0 |" in md
 
 
-def test_strategic_difference_and_the_promotion_rule():
+def test_game_eval_difference_and_the_promotion_rule():
     a = [{"game": "tic_tac_toe", "opponent": "bot:mcts-10", "seat": s, "normalized_return": 80.0,
           "normalized_ci95": 5.0} for s in (0, 1)]
     b = [dict(r, normalized_return=50.0) for r in a]
-    d = strategic_difference(a, b)
+    d = game_eval_difference(a, b)
     assert d["difference"] == pytest.approx(30.0) and d["wins"]
-    assert strategic_difference(b, a)["loses"]
+    assert game_eval_difference(b, a)["loses"]
     assert decide(None, None) == (True, "no champion yet")
     win = {"difference": 10.0, "ci95": 4.0, "wins": True, "loses": False}
     tie = {"difference": 1.0, "ci95": 4.0, "wins": False, "loses": False}
     assert decide(win, None)[0] and decide(win, d)[0]
     assert not decide(tie, None)[0]
-    assert not decide(win, strategic_difference(b, a))[0]  # reasoning win, strategic loss
+    assert not decide(win, game_eval_difference(b, a))[0]  # reasoning win, strategic loss
 
 
 def test_records_round_trip_and_gated_text_never_written(tmp_path):

@@ -50,7 +50,7 @@ class Scripted:
 
 def run(name, script, questions=(Q,)):
     engine = Scripted(script)
-    return run_system(name, list(questions), engine, ChatParams(max_tokens=64)), engine
+    return run_system(name, list(questions), engine, ChatParams(max_new_tokens=64)), engine
 
 
 def test_single_agent_is_one_call_and_graded():

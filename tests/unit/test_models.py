@@ -9,8 +9,8 @@ import time  # noqa: E402
 
 import pytest  # noqa: E402
 
-from mars_core import models  # noqa: E402
-from mars_core.models import ModelError, embedded_gguf_path, resolve_model  # noqa: E402
+from mars_core.models import weights as models  # noqa: E402
+from mars_core.models.weights import ModelError, embedded_gguf_path, resolve_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_converted_folder_loads_and_chats(embedded):
     from transformers import AutoModelForCausalLM
 
     from mars_core.engines.hf import HFEngine
-    from mars_core.models import load_tokenizer
+    from mars_core.models.weights import load_tokenizer
     from mars_core.types import SamplingParams
 
     model = AutoModelForCausalLM.from_pretrained(embedded, local_files_only=True)
@@ -153,7 +153,7 @@ def test_converted_folder_loads_and_chats(embedded):
 def test_one_resolver_decides_what_a_spec_names(tmp_path, monkeypatch):
     """Bots name no model; `models:/` goes to the registry callback (the tracking layer's
     download); anything else is `resolve_model`, as a string."""
-    from mars_core.models import resolve_spec
+    from mars_core.models.weights import resolve_spec
 
     (tmp_path / "config.json").write_text("{}")
     asked = []

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from mars_core import postprocess as pp
-from mars_core import rewards as mars_rewards
+from mars_core.postprocess import rewards as mars_rewards
 from mars_core.config import OUTCOMES, In2AIRewards, RewardsConfig
 from mars_core.games.registry import GAMES
 from mars_core.postprocess.common import apply_gates, player_outcome, shape

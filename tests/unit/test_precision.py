@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mars_core import precision
+from mars_core.models import precision
 
 
 @pytest.fixture
@@ -44,6 +44,16 @@ def test_a_corrupt_cache_is_measured_again_and_rewritten(measured, tmp_path):
     precision.bf16_for("auto", "play")
     assert measured == ["play"]
     assert precision.machine_key() in json.loads((tmp_path / "precision.json").read_text())
+
+
+def test_a_cache_that_cannot_be_written_costs_one_measurement_per_process(measured, tmp_path,
+                                                                             monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("MARS_CACHE_DIR", str(blocker / "cache"))  # under a file: never writable
+    first = precision.bf16_for("auto", "update")
+    assert precision.bf16_for("auto", "update") == first and measured == ["update"]
+    assert not (blocker / "cache").exists()
 
 
 def test_the_decision_follows_the_measured_speed(monkeypatch, tmp_path):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from mars_core.engines.hf import HFEngine
-from mars_core.models import load_model
-from mars_core.prefix import MIN_SHARED, batch_forward, plan_prefixes
-from mars_core.trainer import enable_gradient_checkpointing
+from mars_core.models.weights import load_model
+from mars_core.models.prefix import MIN_SHARED, batch_forward, plan_prefixes
+from mars_core.training.trainer import enable_gradient_checkpointing
 from mars_core.types import SamplingParams
 
 RULES_X = list(range(100, 100 + 60))  # two seats' rules: 60 tokens, differing from token 40
@@ -97,7 +97,7 @@ def test_gradient_checkpointing_runs_the_plain_pass(tiny):
 
 
 def test_engine_samples_the_same_with_and_without_sharing(embedded_dir, tokenizer):
-    from mars_core.rollout import PromptBuilder
+    from mars_core.rollout.play import PromptBuilder
     from mars_core.games.registry import make_game
 
     game = make_game("tic_tac_toe")

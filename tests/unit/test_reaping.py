@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mars_core.engines.vllm_server import VLLMError, VLLMServer
-from mars_core.procgroup import (ProcessGroupError, free_port, group_tree, kill_tree, start_group,
-                                 stop_group, take_over)
+from mars_core.run.procgroup import (ProcessGroupError, free_port, group_tree, kill_tree,
+                                     start_group, stop_group, take_over)
 from mars_core.engines.vllm_ext.mars_keeper import live_processes
 from tests.conftest import REPO
 
@@ -52,7 +52,7 @@ PIPELINE = textwrap.dedent("""
 # a pipeline process that starts a bare group (a shell with a background child) and waits
 GROUP = textwrap.dedent("""
     import sys, time
-    from mars_core.procgroup import start_group
+    from mars_core.run.procgroup import start_group
     proc = start_group(["sh", "-c", "sleep 600 & sleep 600"], sys.argv[1])
     print(proc.pid, flush=True)
     time.sleep(600)

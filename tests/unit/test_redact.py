@@ -1,6 +1,6 @@
-"""The one redaction (mars_core/redact.py) and how secrets travel without being written:
+"""The one redaction (mars_core/privacy/redact.py) and how secrets travel without being written:
 secret names, env mappings and their allow-list, argument lists, overrides, log records; flow
-parameters withheld into a private file (mars_core/private.py); the run's private config that
+parameters withheld into a private file (mars_core/privacy/private.py); the run's private config that
 shard workers of other processes read; the Ray runtime env of the shard workers."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from mars_core.config import ConfigError, load_config
-from mars_core.layout import CONFIG_FILE, PRIVATE_CONFIG_FILE
-from mars_core.private import SecretParameterError, reveal, withheld
-from mars_core.redact import (MASK, install_log_redaction, is_secret_name, redact,
-                              redact_assignment, redact_text)
+from mars_core.run.layout import CONFIG_FILE, PRIVATE_CONFIG_FILE
+from mars_core.privacy.private import SecretParameterError, reveal, withheld
+from mars_core.privacy.redact import (MASK, install_log_redaction, is_secret_name, redact,
+                                      redact_assignment, redact_text)
 from tests.conftest import REPO
 
 S = "s3cr3t-v4lue-0123"
@@ -144,7 +144,7 @@ def test_shard_workers_of_other_processes_read_the_whole_config(tmp_path):
 def test_the_ray_runtime_env_holds_no_secret(monkeypatch):
     """The variables go in Ray's `env_vars` only where redaction leaves them as they are; the
     rest are set by the workers' setup hook (pickled into the cluster's store)."""
-    from mars_core.config_cluster import ClusterConfig
+    from mars_core.config.cluster import ClusterConfig
     from tasks.shards import runtime_env
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://u:{S}@mlflow:5000")
@@ -168,7 +168,7 @@ def test_artifact_links_and_keys_hold_no_credentials():
 
 
 def test_a_setting_that_names_the_auth_mode_is_no_secret():
-    from mars_core.redact import is_secret_name, redact_text
+    from mars_core.privacy.redact import is_secret_name, redact_text
 
     assert not is_secret_name("RAY_AUTH_MODE") and is_secret_name("RAY_AUTH_TOKEN")
     assert redact_text("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=abc123") == \
@@ -176,7 +176,7 @@ def test_a_setting_that_names_the_auth_mode_is_no_secret():
 
 
 def test_our_own_error_lines_lose_url_passwords_only():
-    from mars_core.redact import redact_urls
+    from mars_core.privacy.redact import redact_urls
 
     line = ("the MLflow store http://mars:hunter2@db:5000/?token=abc does not answer: add "
             "--mlflow-auth (Prefect always asks)")

@@ -17,10 +17,10 @@ from mlflow import MlflowClient
 
 from cli.main import main
 from mars_core.config import dump_config, load_config
-from mars_core.layout import (BUILD_PLAYERS, GENERATE_ROLLOUTS, INIT, PREPARE_POLICY, RUN_FILE,
-                              TRAIN_STEP, iter_dir, iter_name, stage_dir)
-from mars_core.stages import (PUBLISHED, is_done, manifest, stage_output, verify_stage,
-                              write_json)
+from mars_core.run.layout import (BUILD_PLAYERS, GENERATE_ROLLOUTS, INIT, PREPARE_POLICY, RUN_FILE,
+                                  TRAIN_STEP, iter_dir, iter_name, stage_dir)
+from mars_core.run.commit import (PUBLISHED, is_done, manifest, stage_output, verify_stage,
+                                  write_json)
 from tasks.paths import (RunDirError, check_run_name, lock_run_dir, prepare_run_dir,
                          read_config, unlock_run_dir)
 from tests.conftest import REPO
@@ -128,12 +128,12 @@ def test_registry_cache_tells_two_stores_v1_apart(tmp_path):
 
 def test_compare_reevaluates_when_its_settings_change(tmp_path, tiny_model_dir):
     from flows.compare import _evaluated
-    from mars_core.config import load_strategic_config
+    from mars_core.config import load_game_eval_config
 
     preset = REPO / "configs/eval/mars_strategic_quick.yaml"
-    one = load_strategic_config(str(preset), ["tic_tac_toe"], ["bot:random"], 1, None,
+    one = load_game_eval_config(str(preset), ["tic_tac_toe"], ["bot:random"], 1, None,
                                 ["play.max_new_tokens=4"])
-    two = load_strategic_config(str(preset), ["tic_tac_toe"], ["bot:random"], 2, None,
+    two = load_game_eval_config(str(preset), ["tic_tac_toe"], ["bot:random"], 2, None,
                                 ["play.max_new_tokens=4"])
     folder = tmp_path / "eval_x"
     first = _evaluated(folder, one, "x", str(tiny_model_dir))
@@ -193,7 +193,7 @@ def test_stage_marker_records_sizes_and_hashes_and_finds_damage(tmp_path):
 
 
 def test_a_damaged_stage_and_the_ones_after_it_are_redone(tmp_path):
-    from tasks.common import check_finished_stages
+    from tasks.stage_runner import check_finished_stages
 
     run = tmp_path / "run"
     for folder in (stage_dir(run, INIT, PREPARE_POLICY), stage_dir(run, 0, GENERATE_ROLLOUTS),
@@ -254,7 +254,7 @@ def test_tracking_outage_is_one_clear_error_after_the_retry_window(tmp_path, mon
 
 
 def test_publishing_resumes_what_is_missing(tmp_path):
-    from tasks.common import run_stage
+    from tasks.stage_runner import run_stage
 
     run = tmp_path / "runs" / "p"
     prepare_run_dir(run, load_config(REPO / "configs/smoke.yaml"))

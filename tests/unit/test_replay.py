@@ -11,12 +11,11 @@ import polars as pl
 import pytest
 
 from mars_core.games.registry import make_game
-from mars_core.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, iter_dir,
-                              iter_name, stage_dir)
-from mars_core.replay import (
-    ReplayEpisode, load_replays, page_name, pick_spread, replay_data, replay_html, split_reply,
-    write_replays)
-from mars_core.rollout import EpisodeSpec, play_episodes
+from mars_core.run.layout import (ASSIGN_REWARDS, COMPUTE_ADVANTAGES, GENERATE_ROLLOUTS, iter_dir,
+                                  iter_name, stage_dir)
+from mars_core.viewer.replay import (ReplayEpisode, load_replays, page_name, pick_spread,
+                                     replay_data, replay_html, split_reply, write_replays)
+from mars_core.rollout.play import EpisodeSpec, play_episodes
 from mars_core.types import Episode, SamplingParams, Turn, episodes_frame, turns_frame
 
 AGENTS = ("bot:random", "bot:mcts-10")

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from mars_core.config import RewardsConfig
-from mars_core.rewards import length_penalty, mars_turn_rewards
+from mars_core.postprocess.rewards import length_penalty, mars_turn_rewards
 from mars_core.types import Episode, Turn
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from mars_core.config import ConfigError, load_config
-from mars_core.samplers import apportion, game_schedule, interleave, plan_episodes
+from mars_core.rollout.samplers import apportion, game_schedule, interleave, plan_episodes
 from mars_core.vocab import FROZEN
 
 
@@ -114,9 +114,9 @@ def test_weights_lift_the_multiple_of_games_rule():
 
 def test_frozen_pool_and_opponent_metrics(tmp_path):
     from mars_core.types import Episode
-    from mars_core.stages import write_json
-    from tasks.common import frozen_snapshots
-    from mars_core.layout import INIT, POLICY_FILE, PREPARE_POLICY, checkpoint_dir, stage_dir
+    from mars_core.run.commit import write_json
+    from tasks.policies import frozen_snapshots
+    from mars_core.run.layout import INIT, POLICY_FILE, PREPARE_POLICY, checkpoint_dir, stage_dir
     from tasks.rollout import opponent_metrics
 
     init = stage_dir(tmp_path, INIT, PREPARE_POLICY)

@@ -2,7 +2,7 @@
 runs made before the streams had names (the rollouts, the update, the batch, the deals)."""
 from __future__ import annotations
 
-from mars_core.seeds import Stream, stream_seed
+from mars_core.run.seeds import Stream, stream_seed
 
 
 def _old(seed: int, *parts: int) -> int:  # the derivation before the streams had names

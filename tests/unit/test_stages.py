@@ -1,6 +1,6 @@
 import pytest
 
-from mars_core.stages import MARKER, is_done, stage_output
+from mars_core.run.commit import MARKER, is_done, stage_output
 
 
 def test_stage_output_is_atomic(tmp_path):

@@ -6,9 +6,10 @@ import yaml
 
 from mars_core.engines.scripted import ScriptedEngine
 from mars_core.games.opponents import check_suite
-from mars_core.intervals import mean_ci95
-from mars_core.strength import RECORD_KEYS, normalized_return, run_suite, seat_record, suite_specs
-from mars_core.rollout import PromptBuilder
+from mars_core.evaluation.intervals import mean_ci95
+from mars_core.evaluation.game_eval import (RECORD_KEYS, normalized_return, run_suite, seat_record,
+                                           suite_specs)
+from mars_core.rollout.play import PromptBuilder
 from mars_core.types import SamplingParams
 from mars_core.types import Episode
 from tests.conftest import REPO
@@ -63,7 +64,7 @@ def test_prefect_yaml_deployments_point_at_the_flows():
     from prefect.flows import load_flow_from_entrypoint
 
     from mars_core.arena.config import load_arena_config
-    from mars_core.config import load_config, load_strategic_config
+    from mars_core.config import load_config, load_game_eval_config
 
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     names = set()
@@ -81,11 +82,11 @@ def test_prefect_yaml_deployments_point_at_the_flows():
             for preset in params.get("presets") or ABLATIONS:
                 load_config(REPO / preset, overlays=[REPO / o for o in params["overlays"]])
         elif flow.name == "mars-nightly-eval":
-            load_strategic_config(REPO / params["strategic_preset"])
+            load_game_eval_config(REPO / params["game_eval_preset"])
             assert dep["schedules"][0]["cron"] == "0 2 * * *"
             load_arena_config(str(REPO / params["arena_preset"]))
         elif flow.name == "mars-eval-strategic":
-            load_strategic_config(REPO / params["preset"])
+            load_game_eval_config(REPO / params["preset"])
         elif flow.name == "mars-arena":
             load_arena_config(str(REPO / params["preset"]))
     assert names == {"mars-train", "mars-eval-strategic", "mars-compare", "mars-eval-mas",
@@ -93,13 +94,13 @@ def test_prefect_yaml_deployments_point_at_the_flows():
 
 
 def test_mars_preset_is_the_papers_suite():
-    from mars_core.config import load_strategic_config
+    from mars_core.config import load_game_eval_config
 
-    cfg = load_strategic_config(REPO / "configs/eval/mars_strategic.yaml")
-    assert cfg.n == 1000 and cfg.suite == load_strategic_config(None).suite
+    cfg = load_game_eval_config(REPO / "configs/eval/mars_strategic.yaml")
+    assert cfg.n == 1000 and cfg.suite == load_game_eval_config(None).suite
     assert cfg.suite["tic_tac_toe"] == ("bot:mcts-100", "bot:mcts-1000")
     assert cfg.suite["connect_four"] == ("bot:mcts-10", "bot:mcts-100")
-    quick = load_strategic_config(REPO / "configs/eval/mars_strategic_quick.yaml")
+    quick = load_game_eval_config(REPO / "configs/eval/mars_strategic_quick.yaml")
     assert set(quick.suite) == set(cfg.suite) and quick.n < 10
 
 
@@ -180,14 +181,14 @@ def _episode(eid, game, agents, returns, error_player=-1):
 def test_strength_rows_pair_the_same_deals():
     """Two evaluations of Tic-Tac-Toe against MCTS: games with the same ids are the same deal
     and seat; the paired difference is the mean of per-game differences."""
-    from mars_core.strength import strength_markdown, strength_rows
+    from mars_core.evaluation.game_eval import paired_markdown, paired_rows
 
     opp = "bot:mcts-10"
     start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp) if i % 2 else (opp, "policy"),
                       (-1.0, 1.0)) for i in range(4)]  # the policy loses as seat 0, wins as 1
     later = [_episode(f"g{i}", "tic_tac_toe", start[i].agents, (1.0, -1.0)) for i in range(4)]
     later.append(_episode("extra", "tic_tac_toe", ("policy", opp), (0.0, 0.0)))
-    rows = strength_rows({"start": start, "iter 4": later}, "start")
+    rows = paired_rows({"start": start, "iter 4": later}, "start")
     first, last = rows
     assert (first["policy"], first["n"], first["normalized_return"], first["diff"]) == \
         ("start", 4, 50.0, 0.0)
@@ -195,15 +196,15 @@ def test_strength_rows_pair_the_same_deals():
     # seat 0 (odd ids): -1 -> +1 is +100; seat 1 (even ids): +1 -> -1 is -100
     assert last["diff"] == pytest.approx(0.0) and last["diff_ci95"] > 100
     assert last["normalized_return"] == pytest.approx(50.0)
-    assert "| iter 4 | tic_tac_toe | bot:mcts-10 | 5 |" in strength_markdown(rows, "start")
+    assert "| iter 4 | tic_tac_toe | bot:mcts-10 | 5 |" in paired_markdown(rows, "start")
 
 
 def test_strength_rows_count_the_policys_own_errors():
-    from mars_core.strength import strength_rows
+    from mars_core.evaluation.game_eval import paired_rows
 
     eps = [_episode("a", "kuhn_poker", ("policy", "bot:random"), (-1.0, 1.0), error_player=0),
            _episode("b", "kuhn_poker", ("bot:random", "policy"), (-1.0, 1.0), error_player=0)]
-    row, = strength_rows({"start": eps}, "start")
+    row, = paired_rows({"start": eps}, "start")
     assert row["invalid_rate"] == 0.5  # only game a's error is the policy's
     assert row["normalized_return"] == pytest.approx(100 * ((-1 + 2) / 4 + (1 + 2) / 4) / 2)
 

@@ -10,7 +10,7 @@ import pytest
 from mars_core.engines.scripted import ScriptedEngine
 from mars_core.games.catalog import MINDGAMES
 from mars_core.games.registry import make_game
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import Completion, SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=64)

@@ -8,9 +8,9 @@ from mars_core.engines.scripted import ScriptedEngine, legal_actions_in
 from mars_core.games.base import parse_reply
 from mars_core.games.board_games import TicTacToe
 from mars_core.games.registry import make_game
-from mars_core.rewards import mars_turn_rewards
+from mars_core.postprocess.rewards import mars_turn_rewards
 from mars_core.config import RewardsConfig
-from mars_core.rollout import EpisodeSpec, PromptBuilder, play_episodes
+from mars_core.rollout.play import EpisodeSpec, PromptBuilder, play_episodes
 from mars_core.types import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=32, stop=("</answer>",))

@@ -6,14 +6,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mars_core.checkpoint import load_trainer_state, save_trainer_state
+from mars_core.run.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
-from mars_core.losses import AGGREGATIONS, aggregate
-from mars_core.models import load_model
-from mars_core.trainer import (METRIC_MAXES, METRIC_SUMS, Forward, Sample, TorchUpdater, _chunks,
-                               _plan, _rank_chunks, _step,
-                               enable_gradient_checkpointing, lr_lambda, make_optimizer,
-                               ppo_update, sequence_logprobs)
+from mars_core.training.losses import AGGREGATIONS, aggregate
+from mars_core.models.weights import load_model
+from mars_core.training.trainer import (METRIC_MAXES, METRIC_SUMS, Forward, Sample, TorchUpdater,
+                                        _chunks, _plan, _rank_chunks, _step,
+                                        enable_gradient_checkpointing, lr_lambda, make_optimizer,
+                                        ppo_update, sequence_logprobs)
 
 
 def _samples(n=8, seed=0):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, format_answer
 from mars_core.games.registry import GAMES, make_game
-from mars_core.validator import validate
+from mars_core.rollout.validator import validate
 
 REPLIES_PER_EXAMPLE = 10  # 1,000 examples x 10 replies = 10,000 replies per game
 EXAMPLES_PER_GAME = 1_000

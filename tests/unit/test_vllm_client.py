@@ -10,14 +10,14 @@ import sys
 import pytest
 import torch
 
-from mars_core import offline
+from mars_core.run import offline
 from mars_core.config import ConfigError, load_config
-from mars_core.config_engine import GiB
+from mars_core.config.engine import GiB
 from mars_core.engines.base import request_seed
 from mars_core.engines.vllm_client import completion_request, parse_choice
 from mars_core.engines.vllm_server import (EXTENSION, EXTENSION_DIR, MIDDLEWARE, VLLMError,
                                            VLLMServer, cpu_kv_cache_gib, launch_command)
-from mars_core.procgroup import free_port
+from mars_core.run.procgroup import free_port
 from mars_core.types import SamplingParams
 from tests.conftest import REPO
 
@@ -259,7 +259,8 @@ def test_server_start_errors_are_one_line(tmp_path):
 
 
 def test_vllm_backend_without_a_server_is_a_clear_error(tmp_path, tiny_model_dir):
-    from tasks.common import make_engine, shutdown_engines
+    from tasks.engine_factory import make_engine
+    from tasks.vllm_launch import shutdown_engines
 
     cfg = load_config(SMOKE, ["engine.backend=vllm", "engine.vllm.url=http://127.0.0.1:9"])
     with pytest.raises(VLLMError, match="cannot reach the vLLM server at http://127.0.0.1:9"):

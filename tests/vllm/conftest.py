@@ -33,9 +33,9 @@ def server(request, vllm_python, served_model, tmp_path_factory):
     default `engine.vllm.launch.cpu_kv_cache_bytes` (the CPU build's own default, a share of
     NUMA node 0, comes out negative on small machines); its API key is the module's `API_KEY`
     (none without one: the lm-eval and `mars eval mas` clients send no key)."""
-    from mars_core.config_engine import VLLMLaunch
+    from mars_core.config.engine import VLLMLaunch
     from mars_core.engines.vllm_server import VLLMServer, launch_command
-    from mars_core.procgroup import free_port
+    from mars_core.run.procgroup import free_port
 
     cmd = launch_command(vllm_python, str(served_model), port=free_port(), dtype="float32",
                          max_model_len=2048, gpu_memory_utilization=0.1)

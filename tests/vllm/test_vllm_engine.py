@@ -12,14 +12,14 @@ import httpx
 import pytest
 import torch
 
-from mars_core.checkpoint import save_model
+from mars_core.run.checkpoint import save_model
 from mars_core.engines.vllm_client import VLLMEngine
 from mars_core.engines.vllm_server import VLLMError
-from mars_core.models import load_model
-from mars_core.rollout import PromptBuilder, play_episodes
-from mars_core.samplers import plan_episodes
-from mars_core.trainer import Forward, Sample, sequence_logprobs
-from mars_core.warmup import sft_steps
+from mars_core.models.weights import load_model
+from mars_core.rollout.play import PromptBuilder, play_episodes
+from mars_core.rollout.samplers import plan_episodes
+from mars_core.training.trainer import Forward, Sample, sequence_logprobs
+from mars_core.training.warmup import sft_steps
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm
@@ -148,7 +148,7 @@ def _pgid(pid: int) -> int | None:
 def test_a_url_server_gets_its_key_from_the_variable_api_key_env_names(server, served_model,
                                                                           monkeypatch):
     from mars_core.config import load_config
-    from tasks.common import shutdown_engines, vllm_engine
+    from tasks.vllm_launch import shutdown_engines, vllm_engine
     from tests.conftest import REPO
 
     cfg = load_config(str(REPO / "configs/smoke.yaml"), [

@@ -14,9 +14,9 @@ import pytest
 
 from cli.main import main
 from mars_core.engines.vllm_ext.mars_keeper import live_processes
-from mars_core.layout import GENERATE_ROLLOUTS, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
-from mars_core.procgroup import group_tree
-from mars_core.stages import is_done
+from mars_core.run.layout import GENERATE_ROLLOUTS, SAVE_CHECKPOINT, TRAIN_STEP, stage_dir
+from mars_core.run.procgroup import group_tree
+from mars_core.run.commit import is_done
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm
@@ -37,7 +37,7 @@ def _alive(pid: int) -> bool:
 def _kill_server_mid_rollout(run: Path, killed: dict, stop: threading.Event) -> None:
     """Once iteration 0's rollout has requests in flight, SIGKILL the vLLM API server (the
     keeper's child), as the OOM killer would."""
-    from tasks.common import _VLLM_ENGINES
+    from tasks.vllm_launch import _VLLM_ENGINES
 
     while not stop.is_set():
         engine = next(iter(_VLLM_ENGINES.values()), None)

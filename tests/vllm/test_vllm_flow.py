@@ -8,7 +8,7 @@ import pytest
 import json
 
 from cli.main import main
-from mars_core.layout import EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE, stage_dir
+from mars_core.run.layout import EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE, stage_dir
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.vllm
 
 
 
+@pytest.mark.benchmarks("gsm8k")
 def test_harness_runs_against_the_server(server):
-    out = run_harness(["gsm8k"], base_url=server.url, limit=2, max_tokens=48, batch_size=2)
+    out = run_harness(["gsm8k"], base_url=server.url, limit=2, max_new_tokens=48, batch_size=2)
     row = out["benchmarks"]["gsm8k"]
     assert row["n"] == 2 and 0.0 <= row["accuracy"] <= 1.0 and row["stderr"] >= 0.0
     config = out["config"]
@@ -23,7 +24,8 @@ def test_harness_runs_against_the_server(server):
     assert config["base_url"] == server.url + "/v1/chat/completions"
 
 
+@pytest.mark.benchmarks("aqua")
 def test_harness_with_a_named_model_and_v1_url(server):
     out = run_harness(["aqua"], base_url=server.url + "/v1", served_model="policy", limit=2,
-                      max_tokens=16, batch_size=1)
+                      max_new_tokens=16, batch_size=1)
     assert out["benchmarks"]["aqua"]["n"] == 2

@@ -29,12 +29,12 @@ def test_chat_gives_a_reply_per_conversation_with_usage(chat, tokenizer):
     convs = [[{"role": "system", "content": "You are a helpful assistant."},
               {"role": "user", "content": text}]
              for text in ("What is 2 + 3?", "Name a fruit.", "Say hello.", "Count to five.")]
-    params = ChatParams(max_tokens=24, seed=1)
+    params = ChatParams(max_new_tokens=24, seed=1)
     replies = chat.chat(convs, params)
     assert len(replies) == 4
     for conv, reply in zip(convs, replies):
         assert reply.error == "" and reply.text
-        assert 0 < reply.completion_tokens <= params.max_tokens
+        assert 0 < reply.completion_tokens <= params.max_new_tokens
         assert reply.finish_reason in ("stop", "length")
         # the server renders the same chat template the in-process engine uses
         ids = tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
@@ -44,19 +44,20 @@ def test_chat_gives_a_reply_per_conversation_with_usage(chat, tokenizer):
 
 
 def test_max_tokens_past_the_servers_context_still_gets_a_reply(chat):
-    """vLLM answers HTTP 400 to any max_tokens above its max_model_len: the engine caps it at
+    """vLLM answers HTTP 400 to any max_new_tokens above its max_model_len: the engine caps it at
     the context the model card lists, so the protocol's 8192 works on a 2048-token server."""
     assert chat.max_model_len == MAX_MODEL_LEN
     conv = [{"role": "user", "content": "Say hello in one word."}]
-    [reply] = chat.chat([conv], ChatParams(max_tokens=8192, seed=2))
+    [reply] = chat.chat([conv], ChatParams(max_new_tokens=8192, seed=2))
     assert reply.error == "" and reply.text
     assert reply.prompt_tokens + reply.completion_tokens <= MAX_MODEL_LEN
 
 
 @pytest.mark.parametrize("system, least_calls", [("single", 1), ("mad", 3), ("autogen", 1)])
+@pytest.mark.benchmarks("gsm8k")
 def test_systems_answer_gsm8k_questions_through_the_server(chat, system, least_calls):
     questions = load("gsm8k", limit=2)
-    results = run_system(system, questions, chat, ChatParams(max_tokens=32))
+    results = run_system(system, questions, chat, ChatParams(max_new_tokens=32))
     assert [r.id for r in results] == [q.id for q in questions]
     for r in results:
         assert r.errors == [] and r.stop not in ("", "error")
@@ -66,13 +67,14 @@ def test_systems_answer_gsm8k_questions_through_the_server(chat, system, least_c
         assert all(r.calls == 1 and r.stop == "answered" for r in results)
 
 
+@pytest.mark.benchmarks("gsm8k")
 def test_cli_evaluates_an_endpoint(server, prefect_api, tmp_path):
     out = tmp_path / "x.json"
     rc = main(["eval", "mas", "--model", server.url, "--systems", "single", "--benchmarks",
                "gsm8k", "--limit", "2", "--max-tokens", "32", "--out", str(out)])
     assert rc == 0
     body = json.loads(out.read_text())
-    assert body["config"]["model"] == server.url and body["config"]["max_tokens"] == 32
+    assert body["config"]["model"] == server.url and body["config"]["max_new_tokens"] == 32
     model = body["models"]["model"]
     assert model["engine"] == "openai:policy"
     [row] = model["rows"]

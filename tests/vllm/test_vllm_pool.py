@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mars_core.checkpoint import save_model
-from mars_core.config_engine import VLLMLaunch
+from mars_core.run.checkpoint import save_model
+from mars_core.config.engine import VLLMLaunch
 from mars_core.engines.vllm_pool import VLLMPool
 from mars_core.engines.vllm_client import VLLMEngine
 from mars_core.engines.vllm_server import VLLMServer, launch_command
-from mars_core.models import load_model
-from mars_core.procgroup import free_port
-from mars_core.rollout import PromptBuilder, play_episodes
-from mars_core.samplers import plan_episodes
-from mars_core.trainer import Forward, Sample, sequence_logprobs
-from mars_core.warmup import sft_steps
+from mars_core.models.weights import load_model
+from mars_core.run.procgroup import free_port
+from mars_core.rollout.play import PromptBuilder, play_episodes
+from mars_core.rollout.samplers import plan_episodes
+from mars_core.training.trainer import Forward, Sample, sequence_logprobs
+from mars_core.training.warmup import sft_steps
 from mars_core.types import SamplingParams
 
 pytestmark = pytest.mark.vllm

@@ -13,13 +13,13 @@ import httpx
 import pytest
 import torch
 
-from mars_core.checkpoint import save_model
+from mars_core.run.checkpoint import save_model
 from mars_core.config import load_config
 from mars_core.engines.vllm_pool import VLLMPool
-from mars_core.models import load_model
-from mars_core.trainer import Forward, Sample, sequence_logprobs
+from mars_core.models.weights import load_model
+from mars_core.training.trainer import Forward, Sample, sequence_logprobs
 from mars_core.types import SamplingParams
-from mars_core.warmup import sft_steps
+from mars_core.training.warmup import sft_steps
 from tests.conftest import REPO
 from tests.raycluster import network_address, two_node_cluster
 
@@ -62,7 +62,7 @@ def _every_route_wants_the_key(url: str, verify, key: str) -> None:
 
 def test_replicas_placed_by_ray_on_a_network_address_serve_a_training_steps_weights(
         vllm_python, served_model, tokenizer, tmp_path):
-    from tasks.common import shutdown_engines, vllm_engine
+    from tasks.vllm_launch import shutdown_engines, vllm_engine
 
     ip = network_address()
     if ip is None:

@@ -1,5 +1,5 @@
 """The keeper of a process tree: `python -I mars_keeper.py PARENT_PID COMMAND...` (standard
-library only, so any Python runs it; `mars_core.procgroup.start_group` starts it as
+library only, so any Python runs it; `mars_core.run.procgroup.start_group` starts it as
 the leader of a new session, for the vLLM server and the DeepSpeed launcher alike).
 
 It runs COMMAND as its child and makes everything below it die with the pipeline:
@@ -92,7 +92,7 @@ def reap(child: int) -> int | None:
 
 def kill_until_gone(find, wait_s: float, between=lambda: None) -> None:
     """SIGKILL the processes `find()` returns until it returns none (at most `wait_s`),
-    calling `between()` after each round. Shared with `mars_core.procgroup.kill_tree`."""
+    calling `between()` after each round. Shared with `mars_core.run.procgroup.kill_tree`."""
     deadline = time.monotonic() + wait_s
     while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:

@@ -1,0 +1,160 @@
+"""Config sections of the training algorithm: advantage estimator and loss (`algorithm`),
+the episodes bank and batch builder (`batching`), and the optimiser (`optim`).
+SPEC sections 3 to 5; every field is read by `mars_core/advantages/estimators.py` (the estimator's
+options), `tasks/batching.py` or `mars_core/training/trainer.py`."""
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import Field, field_validator, model_validator
+
+from mars_core.advantages.estimators import ESTIMATORS
+from mars_core.config.base import _Section, deprecated
+
+# The loss aggregation modes, defined once (SPEC section 4): how the token losses of a batch
+# become one number. Read here (`algorithm.loss_aggregation`) and by
+# `mars_core.training.losses.aggregate`, which both trainers (torch, DeepSpeed) call.
+# - seq_mean_token_mean: each sequence weighs the same (MARS);
+# - token_mean: each token weighs the same;
+# - seq_mean_token_sum: sequence sums, averaged over sequences.
+Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum"]
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+
+# Estimators that need a player's whole trajectory in the batch (returns or trajectory
+# totals), as their records say; `rloo_env` works on single turns.
+TRAJECTORY_ESTIMATORS = tuple(n for n, e in ESTIMATORS.items() if e.needs_trajectories)
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimator and PPO loss (SPEC sections 3 and 4)."""
+
+    # mars (paper) | mars_code (the published code's five steps) | grpo_trajectory ("w/o
+    # turn-level") | mars_shared ("w/o agent-specific") | rae (SPIRAL) | rloo_env (In2AI)
+    estimator: str = "mars"
+    # the baseline's grouping columns; null: the estimator's own ((game, role); rloo_env (game))
+    group_keys: tuple[str, ...] | None = None
+    normalize_std: bool = False  # mars / mars_shared: divide by the group's std
+    rae_decay: float = Field(0.95, gt=0, lt=1)  # rae: EMA decay of the per-(game, role) baseline
+    drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
+    ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
+    clip_eps: float = Field(0.2, gt=0)
+    # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is
+    # 1 + clip_eps_high, so a token may gain more probability than it may lose; null: clip_eps
+    clip_eps_high: float | None = Field(None, gt=0)
+    # decoupled PPO: each token's loss is weighted by min(pi_old / pi_behaviour, is_cap), the
+    # behaviour the log-prob the engine recorded when it sampled (older weights for a bank turn
+    # drawn again, vLLM's or bf16's kernels, top-k/top-p truncation); null: no correction
+    is_cap: float | None = Field(2.0, ge=1)
+    dual_clip: float | None = 1.4  # cap of the loss on negative advantages (c x |A|); null: off
+    kl_coef: float = Field(0.2, ge=0)  # 0: no KL term, and no reference model is loaded at all
+    entropy_coef: float = Field(0.0, ge=0)  # bonus: loss -= entropy_coef x token entropy
+    # how token losses become one number: seq_mean_token_mean (MARS: each sequence weighs the
+    # same), token_mean (each token weighs the same), seq_mean_token_sum (sequence sums)
+    loss_aggregation: Aggregation = "seq_mean_token_mean"  # AGGREGATIONS above
+
+    @model_validator(mode="after")
+    def _known_estimator(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown advantage estimator {self.estimator!r}; choose one of: "
+                             + ", ".join(ESTIMATORS))
+        if self.estimator == "mars_shared" and self.group_keys is not None:
+            raise ValueError("algorithm.group_keys: mars_shared always groups by game alone "
+                             "(use estimator mars to choose the keys)")
+        if self.group_keys is not None and not self.group_keys:
+            raise ValueError("algorithm.group_keys must name at least one column (or be null)")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
+        return self
+
+
+class BatchingConfig(_Section):
+    """The episodes bank and the batch builder (In2AI, SPEC section 5). Every iteration's
+    eligible policy turns go to the bank; a batch is drawn from the last `window` iterations'
+    turns, round-robin across games, stratified over `reward_bins` reward-quantile bins, at
+    most `max_turns_per_episode` turns of one episode. The defaults take every eligible turn
+    of the iteration, once: the MARS batch. (In2AI calls a turn a "step"; here a step is an
+    optimizer step. The former names `unit: step` and `max_steps_per_episode` still read.)"""
+
+    RENAMED = {"max_steps_per_episode": "max_turns_per_episode"}
+    unit: Literal["trajectory", "turn"] = "trajectory"  # what is drawn: a player's whole
+    # trajectory (what mars, grpo_trajectory, rae need) or single turns (In2AI, rloo_env)
+    size: int | None = Field(None, ge=1)  # units per batch; null: every available unit
+    window: int = Field(1, ge=1)  # iterations of the bank a batch may draw from
+    max_turns_per_episode: int | None = Field(None, ge=1)  # null: no cap
+    reward_bins: int = Field(1, ge=1)  # 3: bad / average / good, drawn in equal shares
+    reuse: bool = False  # true: a turn may be drawn again by later batches
+
+    @field_validator("unit", mode="before")
+    @classmethod
+    def _former_unit(cls, value):
+        if value == "step":
+            deprecated("step", "turn", "batching.unit")
+            return "turn"
+        return value
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.05
+    warmup_steps: int = Field(10, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)  # gradient accumulation: samples per forward pass
+    minibatches: int = Field(1, ge=1)  # optimizer steps per epoch over the batch
+
+
+class DeepSpeedConfig(_Section):
+    """The DeepSpeed backend (`trainer.backend: deepspeed`): ZeRO stage, CPU offload and how
+    the training processes are launched. bf16 follows `model.bf16`."""
+
+    zero_stage: Literal[2, 3] = 2
+    offload_optimizer: bool = False  # optimizer states (and the step) on the CPU
+    offload_params: bool = False  # parameters on the CPU too (ZeRO-3 only)
+    launcher: Literal["deepspeed", "torchrun"] = "deepspeed"  # how the processes start
+    num_processes: int = Field(1, ge=1)  # processes (GPUs) per node
+    hostfile: str | None = None  # multi-node: DeepSpeed's hostfile ("host slots=N" lines)
+    extra: dict = Field(default_factory=dict)  # merged into the generated DeepSpeed config
+
+    @model_validator(mode="after")
+    def _coherent(self):
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("trainer.deepspeed.offload_params needs zero_stage: 3 "
+                             "(ZeRO-2 partitions optimizer states and gradients, not parameters)")
+        if self.hostfile is not None and self.launcher != "deepspeed":
+            raise ValueError("trainer.deepspeed.hostfile needs launcher: deepspeed")
+        return self
+
+
+class LoraConfig(_Section):
+    """`trainer.lora`: train low-rank adapters (peft) on the start policy instead of every
+    weight (`mars_core.training.lora`): checkpoints hold the merged weights and the adapter; the KL
+    reference is the start policy with the adapters off (no second copy of the weights)."""
+
+    rank: int = Field(0, ge=0)  # 0: off, every weight is trained
+    alpha: float = Field(32.0, gt=0)  # the adapter's output is scaled by alpha / rank
+    dropout: float = Field(0.0, ge=0, lt=1)
+    # the attention projections (Llama/Qwen names): the MLPs then need no weight gradients
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    @model_validator(mode="after")
+    def _targets(self):
+        if self.rank and not self.target_modules:
+            raise ValueError("trainer.lora.target_modules names no module")
+        return self
+
+
+class TrainerConfig(_Section):
+    """Which backend runs the policy update. Both take the same batches and the same loss
+    (`mars_core.training.trainer.ppo_update`); `deepspeed` runs it in launched worker processes."""
+
+    backend: Literal["torch", "deepspeed"] = "torch"
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    lora: LoraConfig = LoraConfig()
+
+    @model_validator(mode="after")
+    def _lora_backend(self):
+        if self.lora.rank and self.backend != "torch":
+            raise ValueError("trainer.lora needs trainer.backend: torch (the DeepSpeed backend "
+                             "trains every weight)")
+        return self

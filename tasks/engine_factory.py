@@ -1,0 +1,41 @@
+"""The engine factory: the engine that samples from a policy (in process, or the run's vLLM
+servers), its precision, prompts and sampling settings, as a run's config sets them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mars_core.config import Config
+from mars_core.models.precision import bf16_for
+from mars_core.rollout.play import PromptBuilder
+from mars_core.types import SamplingParams
+from tasks.vllm_launch import vllm_engine
+
+
+def bf16_wanted(setting: str, phase: str = "play") -> bool:
+    """`on`, `off`, or `auto`: whichever this machine runs faster for the phase (`update` or
+    `play`; mars_core.models.precision measures it once per machine)."""
+    return bf16_for(setting, phase)
+
+
+def use_bf16(cfg: Config, phase: str) -> bool:
+    return bf16_wanted(cfg.model.bf16, phase)
+
+
+def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
+    return PromptBuilder(tokenizer, cfg.rollout.prefill, cfg.rollout.keep_history,
+                         cfg.model.max_context_tokens)
+
+
+def sampling(cfg: Config, seed: int, temperature: float | None = None) -> SamplingParams:
+    return cfg.rollout.sampling(seed, temperature)
+
+
+def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None):
+    """The engine that samples from the model at `path`: in process (`hf`), or the run's vLLM
+    server made to serve `path` (`vllm`; reloaded in place when it holds other weights)."""
+    from mars_core.engines.build import build_engine
+
+    return build_engine(path, backend=backend or cfg.engine.backend,
+                        vllm=lambda p: vllm_engine(cfg, p, log_dir),
+                        batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg, "play"),
+                        share_prefix=cfg.model.share_prefix)

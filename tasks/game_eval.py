@@ -1,0 +1,91 @@
+"""Tasks of the game evaluation (the MARS strategic-ability protocol): resolve the policy to a local model, then play
+the suite (each game's games concurrently, model turns batched)."""
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mars_core.config import GameEvalConfig
+from mars_core.config.cluster import ClusterConfig
+from mars_core.evaluation.game_eval import run_suite
+from mars_core.rollout.reports import transcript
+from mars_core.rollout.play import PromptBuilder, RolloutStats
+from tasks.engine_factory import bf16_wanted
+from tasks.stage_runner import PUBLISH_RETRY
+from tasks.registry import local_model
+from tasks.shards import run_shards, shard_slices
+
+
+@task(task_run_name="resolve_policy {policy}", cache_policy=NO_CACHE,
+      timeout_seconds=3600, **PUBLISH_RETRY)
+def resolve_policy(policy: str, tracking: str | None, runs_dir: str) -> str | None:
+    """A local model folder for a model policy (None for a bot): `embedded`, a checkpoint or
+    model folder, or `models:/NAME@ALIAS` from the registry (`tracking`, else the local store
+    of `runs_dir` that `mars train` registers into)."""
+    return local_model(policy, tracking, runs_dir)
+
+
+def _suite_run_name() -> str:
+    """`evaluate_suite embedded: tic_tac_toe, kuhn_poker` (the policy and its games)."""
+    from prefect.runtime import task_run
+
+    p = task_run.parameters
+    return f"evaluate_suite {p['policy']}: {', '.join(p['cfg'].suite)}"
+
+
+@task(task_run_name=_suite_run_name, cache_policy=NO_CACHE)
+def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
+                   transcripts_per_game: int = 2) -> dict:
+    """Every game x opponent x seat of the suite for the policy, with one model load. Each
+    game's games run concurrently (its model turns batched); games run one after another:
+    mixing all six in one batch puts 900-token Hanabi prompts beside 100-token board prompts,
+    and on 2 CPU cores the quick suite then took 243 s instead of 140 s.
+
+    With `cfg.cluster` sharded, the games split into `cluster.shards` groups, each an
+    evaluate_suite task run of its own (on the Ray cluster where one is configured); the
+    records come back in suite order, the same as from one process."""
+    games = list(cfg.suite)
+    if cfg.cluster.sharded and len(games) > 1:
+        return _sharded_suite(cfg, policy, model, transcripts_per_game)
+    engine = prompts = None
+    if model is not None:
+        from mars_core.engines.build import build_engine
+
+        engine = build_engine(model, batch_size=cfg.play.engine_batch_size,
+                              bf16=bf16_wanted(cfg.bf16))
+        prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
+                                cfg.max_context_tokens)
+    stats, records, texts = RolloutStats(), [], []
+    for game in cfg.suite:  # one game at a time: see the docstring
+        recs, episodes = run_suite({game: cfg.suite[game]}, policy, engine, prompts,
+                                   cfg.play.sampling(cfg.seed), cfg.n, cfg.seed,
+                                   bot_policy=None if model is not None else policy, stats=stats,
+                                   per_game=cfg.play.per_game_sampling(cfg.seed))
+        records += recs
+        picked = episodes[:: max(1, len(episodes) // transcripts_per_game)][:transcripts_per_game]
+        texts += [transcript(ep) for ep in picked]
+    for r in records:
+        print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
+              f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
+              f"win {r['win_rate']:.2f} draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} "
+              f"invalid {r['invalid_rate']:.2f}")
+    return {"records": records, "transcripts": "\n\n".join(texts),
+            "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s,
+            "bf16": bool(getattr(engine, "autocast_bf16", False))}  # which precision played
+
+
+def _sharded_suite(cfg: GameEvalConfig, policy: str, model: str | None,
+                   transcripts_per_game: int) -> dict:
+    games = list(cfg.suite)
+    parts = [cfg.model_copy(update={"suite": {g: cfg.suite[g] for g in games[r.start:r.stop]},
+                                    "cluster": ClusterConfig()})
+             for r in shard_slices(len(games), cfg.cluster.shards)]
+    got = run_shards(evaluate_suite, [{"cfg": c, "policy": policy, "model": model,
+                                       "transcripts_per_game": transcripts_per_game}
+                                      for c in parts], cfg.cluster)
+    tokens = sum(g["generated_tokens"] for g in got)
+    engine_s = sum(g["generated_tokens"] / g["tokens_per_s"] for g in got if g["tokens_per_s"])
+    return {"records": [r for g in got for r in g["records"]],
+            "transcripts": "\n\n".join(g["transcripts"] for g in got if g["transcripts"]),
+            "generated_tokens": tokens, "tokens_per_s": tokens / engine_s if engine_s else 0.0,
+            "shards": len(got)}

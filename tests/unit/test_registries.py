@@ -1,0 +1,51 @@
+"""Registries an IDE can follow: games, game bots and advantage estimators are named by real
+references (loaded on first use where the registry must stay a leaf), never by "module:Class"
+strings resolved with importlib or getattr at run time."""
+from __future__ import annotations
+
+import re
+
+from mars_core.advantages import vectorised
+from mars_core.advantages.estimators import ESTIMATORS
+from mars_core.games.base import GameAdapter
+from mars_core.games.bots import GAME_BOT_CLASSES, make_bot
+from mars_core.games.catalog import GAMES
+from mars_core.games.opponents import GAME_BOTS
+from mars_core.games.registry import ADAPTERS, game_class, make_game
+from tests.conftest import REPO
+
+REGISTRIES = ("mars_core/games/catalog.py", "mars_core/games/registry.py",
+              "mars_core/games/opponents.py", "mars_core/games/bots.py",
+              "mars_core/advantages/estimators.py")
+
+
+def test_every_game_name_has_its_adapter_class():
+    assert tuple(ADAPTERS) == GAMES
+    for name in GAMES:
+        cls = ADAPTERS[name]()
+        assert issubclass(cls, GameAdapter) and game_class(name) is cls
+        assert cls.__module__.startswith("mars_core.games.")
+
+
+def test_every_game_bot_has_its_class_and_plays_its_game():
+    assert set(GAME_BOT_CLASSES) == set(GAME_BOTS)
+    for spec, game in GAME_BOTS.items():
+        bot = make_bot(spec, make_game(game), seed=0)
+        assert type(bot) is GAME_BOT_CLASSES[spec]
+        assert bot.__module__ == ADAPTERS[game]().__module__  # the bot lives with its game
+
+
+def test_estimator_records_refer_to_their_functions():
+    for e in ESTIMATORS.values():
+        assert e.fn is getattr(vectorised, e.fn.__name__)
+        for ref in (e.step, e.metrics):
+            assert ref is None or ref().__module__ == vectorised.__name__
+
+
+def test_no_registry_resolves_a_name_at_run_time():
+    dotted = re.compile(r"[\"']mars_core(\.\w+)+(:\w+)?[\"']")
+    for path in REGISTRIES:
+        text = (REPO / path).read_text()
+        assert "import_module" not in text, path
+        assert not re.search(r"getattr\((importlib|advantages|vectorised|module)\b", text), path
+        assert not dotted.search(text), f"{path}: {dotted.search(text).group()}"

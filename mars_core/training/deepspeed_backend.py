@@ -28,6 +28,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Mapping
@@ -50,6 +51,7 @@ ERROR_MARK = "mars deepspeed worker error: "  # the worker's one-line failure, f
 SPEC_KEYS = ("policy", "reference", "samples", "out", "resume", "config", "iteration", "seed",
              "bf16")
 REPO_ROOT = Path(__file__).resolve().parents[2]
+STALE_LOCK_S = 600  # an op build takes ~30 s here; a build lock older than this has no builder
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:
@@ -174,6 +176,34 @@ def failure_line(log: Path) -> str:
     return marked[-1] if marked else (lines[-1] if lines else "(empty log)")
 
 
+def extension_locks(env: Mapping[str, str]) -> list[Path]:
+    """The lock files of torch's C++ extension builds (DeepSpeed compiles its CPU ops there on
+    first start): `<TORCH_EXTENSIONS_DIR or torch's default root>/<py..>/<op>/lock`."""
+    from torch.utils.cpp_extension import get_default_build_root
+    root = Path(env.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    return sorted(set(root.glob("*/lock")) | set(root.glob("*/*/lock")))
+
+
+def clear_build_locks(env: Mapping[str, str], since: float | None = None) -> list[Path]:
+    """Remove the extension build locks a killed build left behind: torch waits forever on a
+    lock whose builder died (a training stopped mid-compile). `since=None`: locks older than
+    STALE_LOCK_S; `since=t`: locks made at or after `t` (called once this launch's own
+    process group is gone, so a lock it made has no builder left). Returns what it removed."""
+    removed = []
+    now = time.time()
+    for lock in extension_locks(env):
+        try:
+            mtime = lock.stat().st_mtime
+            if (now - mtime > STALE_LOCK_S) if since is None else (mtime >= since):
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:
+            continue
+    for lock in removed:
+        print(f"removed a stale torch extension build lock: {lock}", file=sys.stderr)
+    return removed
+
+
 def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
            pid_file: Path | str | None = None) -> dict[str, float]:
     """Write `spec` to `<out>/deepspeed_spec.json`, run the worker on every rank (output to
@@ -183,7 +213,10 @@ def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
     The launcher and its ranks run as one process group that never outlives this process
     (`procgroup.start_group`: also after a kill -9 of the flow), recorded in `pid_file`
     (default `<out>/../deepspeed.pid`, outside the stage's scratch folder that a resume
-    removes); an exception here (KeyboardInterrupt included) stops the whole group."""
+    removes); an exception here (KeyboardInterrupt included) stops the whole group. Extension
+    build locks with no builder left (`clear_build_locks`) are removed before the start and
+    after a stopped or failed group, so a kill during DeepSpeed's first-start compile does not
+    make every later start wait forever."""
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise ValueError(f"deepspeed spec lacks: {', '.join(missing)}")
@@ -192,6 +225,8 @@ def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
     pid_file = Path(pid_file) if pid_file else out.parent / PID_FILE
     spec_path.write_text(json.dumps(spec, indent=1))
     env = worker_env(os.environ, trainer.deepspeed.num_processes)
+    clear_build_locks(env)
+    started, rc = time.time() - 1, None
     with log.open("w") as f:
         try:
             proc = start_group(launch_command(trainer, spec_path), pid_file, env=env, stdout=f)
@@ -200,7 +235,6 @@ def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
         try:
             # short waits: a Ctrl-C that lands on another thread (Prefect's, polars') raises
             # here at once, not when the launcher exits
-            rc = None
             while rc is None:
                 try:
                     rc = proc.wait(timeout=1)
@@ -208,6 +242,8 @@ def launch(spec: dict, trainer: TrainerConfig, out: Path | str,
                     pass
         finally:
             stop_group(proc, pid_file, grace_s=10)
+            if rc != 0:  # stopped or failed: a build it was running is dead with it
+                clear_build_locks(env, since=started)
     if rc != 0:
         raise RuntimeError(f"deepspeed training failed (exit {rc}): {failure_line(log)}; "
                            f"log: {log}")

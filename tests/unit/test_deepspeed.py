@@ -80,6 +80,26 @@ def test_worker_env_is_offline_and_shares_the_cpus():
     assert ds.worker_env({"OMP_NUM_THREADS": "7"}, nproc=2)["OMP_NUM_THREADS"] == "7"
 
 
+def test_build_locks_without_a_builder_are_removed(tmp_path, capsys):
+    """A training killed during DeepSpeed's first-start compile leaves torch's build lock, and
+    every later start would wait on it forever: old locks go before a start, and the locks a
+    stopped launch made go after it; a fresh lock of a build still running elsewhere stays."""
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    old, fresh = tmp_path / "py311_cpu" / "shm_comm" / "lock", tmp_path / "other_op" / "lock"
+    for lock in (old, fresh):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    long_ago = time.time() - ds.STALE_LOCK_S - 60
+    os.utime(old, (long_ago, long_ago))
+    assert ds.extension_locks(env) == sorted([old, fresh])
+    assert ds.clear_build_locks(env) == [old]
+    assert not old.exists() and fresh.exists()
+    assert "stale torch extension build lock" in capsys.readouterr().err
+    assert ds.clear_build_locks(env, since=time.time() + 60) == []
+    assert ds.clear_build_locks(env, since=time.time() - 60) == [fresh]
+    assert ds.extension_locks(env) == []
+
+
 def test_failure_line_prefers_the_worker_error(tmp_path):
     log = tmp_path / "deepspeed.log"
     log.write_text(f"Traceback ...\n{ds.ERROR_MARK}ValueError: bad thing\n"

@@ -142,8 +142,10 @@ learn: setup
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
 # agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),
-# each over the Kuhn Poker and Tic-Tac-Toe learning recipes, once per seed; the table, JSON and
-# plot over seeds in runs/ablate-compare/. Resumable: run it again after an interruption.
+# each over Kuhn Poker with the method's update cut at its plateau (configs/ablations/bases/,
+# ~2.5 h for three seeds on 2 cores; the recipes at their own scale with BASES=...), once per
+# seed; the table, JSON and plot over seeds in runs/ablate-compare/. Resumable: run it again
+# after an interruption.
 # (SEEDS=0,1,2; BASES=a.yaml,b.yaml; VARIANTS=...; OVERLAY=scale.yaml; NAME=ablate)
 SEEDS ?= 0,1,2
 ablate: setup

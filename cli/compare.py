@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
                         "0,1,2, and aggregate over seeds (each run's own evaluations)")
     c.add_argument("--bases", type=options.csv, default=None,
                    help="with --seeds: the presets the variants change (default: "
-                        "configs/learning/kuhn_ppo.yaml,configs/learning/tic_tac_toe.yaml)")
+                        "configs/ablations/bases/kuhn_short.yaml, Kuhn cut at its plateau)")
     c.add_argument("--variants", type=options.csv, default=None,
                    help="with --seeds: overlays, the first the reference (default: the five "
                         "in configs/ablations/variants/)")
@@ -95,7 +95,7 @@ def check(args: argparse.Namespace) -> None:
 def _check_seeds(args: argparse.Namespace) -> None:
     """Every run of the comparison loads, may use its folder and evaluates at its end (its
     final evaluation is what the comparison reads)."""
-    from flows.compare import LEARNING_BASES, VARIANTS, ablation_runs, run_overrides
+    from flows.compare import ABLATE_BASES, VARIANTS, ablation_runs, run_overrides
     from mars_core.config import ConfigError, load_config
     from tasks.paths import check_run_name
 
@@ -105,7 +105,7 @@ def _check_seeds(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} does not go with --seeds (the runs' own evaluations are "
                               "compared; give --bases and --variants)")
     name = check_run_name(_name(args), "--name")
-    bases, variants = args.bases or list(LEARNING_BASES), args.variants or list(VARIANTS)
+    bases, variants = args.bases or list(ABLATE_BASES), args.variants or list(VARIANTS)
     for flag, files in (("--bases", bases), ("--variants", variants)):
         stems = [Path(f).stem for f in files]
         if len(set(stems)) != len(stems):

@@ -50,6 +50,9 @@ ABLATIONS = tuple(f"configs/ablations/{p}.yaml" for p in (
 # `--seeds`: the variants (overlays; the first is the reference) and the presets they change
 VARIANTS = tuple(f"configs/ablations/variants/{v}.yaml" for v in (
     "mars", "wo_turn_level", "wo_agent_specific", "grpo", "rae"))
+# the default: Kuhn with the method's update, cut at its plateau (the comparison in <= 4 h here)
+ABLATE_BASES = ("configs/ablations/bases/kuhn_short.yaml",)
+# the learning recipes at their own scale (`--bases`; ~28 h for three seeds on 2 cores)
 LEARNING_BASES = ("configs/learning/kuhn_ppo.yaml", "configs/learning/tic_tac_toe.yaml")
 
 
@@ -173,7 +176,7 @@ def ablation_flow(seeds: list[int], bases: list[str] | None = None,
     install_log_redaction()
     shown = list(overrides or [])
     real = reveal(private, overrides=shown)["overrides"]
-    bases, variants = list(bases or LEARNING_BASES), list(variants or VARIANTS)
+    bases, variants = list(bases or ABLATE_BASES), list(variants or VARIANTS)
     reference = Path(variants[0]).stem
     folder = run_dir_for(runs_dir, f"{name}-compare", "--name")
     runs = []

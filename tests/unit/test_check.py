@@ -75,9 +75,9 @@ def test_every_shipped_preset_passes_mars_check(empty_cwd, capsys, preset):
 def _combinations() -> list[tuple[str, str]]:
     """The presets `mars compare` lays overlays over: every variant over every learning base
     (`--seeds`), the smoke scale over every ablation preset (the README's quick comparison)."""
-    from flows.compare import ABLATIONS, LEARNING_BASES, VARIANTS
+    from flows.compare import ABLATE_BASES, ABLATIONS, LEARNING_BASES, VARIANTS
 
-    return ([(b, v) for b in LEARNING_BASES for v in VARIANTS]
+    return ([(b, v) for b in ABLATE_BASES + LEARNING_BASES for v in VARIANTS]
             + [(a, "configs/scales/smoke.yaml") for a in ABLATIONS])
 
 

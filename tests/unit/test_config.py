@@ -96,11 +96,11 @@ def test_ablation_variants_change_only_the_estimator_of_any_base():
     GPU-scale preset of the same name in configs/ablations/."""
     from pathlib import Path
 
-    from flows.compare import LEARNING_BASES, VARIANTS
+    from flows.compare import ABLATE_BASES, LEARNING_BASES, VARIANTS
 
     root = Path(__file__).resolve().parents[2]
     seen = set()
-    for base in LEARNING_BASES:
+    for base in ABLATE_BASES + LEARNING_BASES:
         plain = load_config(root / base).flat()
         for variant in VARIANTS:
             cfg = load_config(root / base, overlays=[root / variant])

@@ -74,6 +74,7 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
             f"points over {r['paired_n']} paired games -> "
             + ("improved" if r["diff"] > 2 * r["diff_ci95"] else
                "worse" if -r["diff"] > 2 * r["diff_ci95"] else "no clear change")
+            + ("" if r["reading"] in ("no clear change", "play") else f" ({r['reading']})")
             for r in rows if r["policy"] == last]
 
 

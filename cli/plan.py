@@ -86,7 +86,7 @@ def _per_game(cfg) -> str:
 def training_plan(cfg) -> list[str]:
     n, r, e, w = cfg.run.iterations, cfg.rollout, cfg.evaluation, cfg.warmup
     evaluated = evaluated_after(n, e.every)
-    suite = {g: e.opponents_for(g) for g in r.games}
+    suite = e.suite(r.games)
     per_eval = suite_games(suite, e.games_per_seat)
     evaluations = len(evaluated) + bool(e.every and e.at_start)
     probes = w.probe_games * (2 if w.steps else 1)
@@ -94,7 +94,8 @@ def training_plan(cfg) -> list[str]:
              "training opponents (the policy holds one seat against an opponent, every "
              "seat in self-play):", *_opponents(cfg),
              f"evaluation opponents ({e.games_per_seat} games per game x opponent x seat):",
-             *(f"  {g}: {', '.join(o)}" for g, o in suite.items()),
+             *(f"  {g}: {', '.join(o)}{' (held out: never trained on)' if g in e.held_out else ''}"
+               for g, o in suite.items()),
              f"algorithm: estimator {cfg.algorithm.estimator}, batching.unit "
              f"{cfg.batching.unit}; engine: {cfg.engine.backend}",
              *_stage_lines(cfg, evaluated),

@@ -1,5 +1,6 @@
-"""Task: the policy against each training game's evaluation opponents in every seat (the same
-code as `mars eval games`), logged to a nested MLflow run. Every evaluation of a run plays
+"""Task: the policy against the evaluation opponents of each training game and each held-out
+game (`evaluation.held_out`, never trained on), in every seat (the same code as
+`mars eval games`), logged to a nested MLflow run. Every evaluation of a run plays
 the same deals (one game seed for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         else:
             episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs)
         records = suite_records(cells, episodes, policy)
-        for game in cfg.rollout.games:
+        for game in cfg.evaluation.suite(cfg.rollout.games):
             mine = [ep for ep in episodes if ep.game == game]
             (out / f"transcripts_{game}.md").write_text(
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
@@ -61,7 +62,8 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                           r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
-    files = (RESULTS_FILE, *(f"transcripts_{game}.md" for game in cfg.rollout.games))
+    files = (RESULTS_FILE, *(f"transcripts_{game}.md"
+                             for game in cfg.evaluation.suite(cfg.rollout.games)))
     metrics = run_stage(run_dir, k, EVALUATE, body, step=step, artifacts=files, run_id=child)
     drop_shards(stage_dir(run_dir, k, EVALUATE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too
@@ -71,7 +73,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 
 def _plan(cfg):
     """The evaluation's episodes (the same deals at every step) and their suite cells."""
-    suite = {game: cfg.evaluation.opponents_for(game) for game in cfg.rollout.games}
+    suite = cfg.evaluation.suite(cfg.rollout.games)  # training games, then the held-out ones
     check_suite(suite, POLICY)
     return suite_specs(suite, POLICY, cfg.evaluation.games_per_seat,
                        derive_seed(cfg, Stream.EVALUATION_DEALS))

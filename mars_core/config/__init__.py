@@ -70,11 +70,19 @@ class EvaluationConfig(_Section):
     # bot:mcts-10, poker bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat,
     # Codenames and Mafia bot:random)
     opponents: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)
+    # games evaluated at every evaluation but never trained on (skill carried over, issue 32:
+    # the MARS generalist trains on Tic-Tac-Toe, Kuhn and Mini Hanabi and reports Connect Four,
+    # Leduc and Simple Hanabi); their opponents come from `opponents` or the defaults
+    held_out: tuple[str, ...] = ()
     games_per_seat: int = Field(8, ge=1)
     temperature: float = Field(0.6, ge=0)
 
     @model_validator(mode="after")
     def _fitting_opponents(self):
+        for game in self.held_out:
+            check_game(game)
+        if len(set(self.held_out)) != len(self.held_out):
+            raise ValueError("evaluation.held_out names a game twice")
         for game, opponents in self.opponents.items():
             check_game(game)
             if not isinstance(opponents, str) and not opponents:
@@ -88,6 +96,10 @@ class EvaluationConfig(_Section):
         if named is None:
             return DEFAULT_OPPONENTS[game][:1]
         return (named,) if isinstance(named, str) else tuple(named)
+
+    def suite(self, training_games) -> dict[str, tuple[str, ...]]:
+        """What an evaluation plays: game -> opponents, the training games then the held-out."""
+        return {game: self.opponents_for(game) for game in (*training_games, *self.held_out)}
 
 
 class TrackingConfig(_Section):
@@ -121,6 +133,10 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _batch_fits_estimator(self):
+        trained = sorted(set(self.evaluation.held_out) & set(self.rollout.games))
+        if trained:
+            raise ValueError(f"evaluation.held_out: {', '.join(trained)} is also a training game "
+                             "(rollout.games); a held-out game is one never trained on")
         a, b = self.algorithm, self.batching
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "

@@ -193,7 +193,12 @@ def paired_rows(evaluations: dict[str, list[Episode]], baseline: str) -> list[di
     `baseline` label's games with the same episode ids (the same deals and seats): `diff`, the
     mean paired difference of normalized returns, with its half-width `diff_ci95` over
     `paired_n` games (the baseline's own row has diff 0). Half-widths are `mean_ci95`'s,
-    bounded by 0-100 and, for the differences, by -100 to 100."""
+    bounded by 0-100 and, for the differences, by -100 to 100.
+
+    Play apart from format: `valid_diff` and `valid_diff_ci95` are the same paired difference
+    over the `valid_n` deals that neither policy lost to its own invalid reply, and `reading`
+    says what a difference rests on (`reading_of`): a gain that is only "answers in format
+    now" reads `format only`, not `play`."""
     scores = {label: policy_scores(eps) for label, eps in evaluations.items()}
     base = scores.get(baseline, {})
     rows = []
@@ -202,24 +207,60 @@ def paired_rows(evaluations: dict[str, list[Episode]], baseline: str) -> list[di
             mean, ci = mean_ci95([v for v, _ in games.values()], (0.0, 100.0))
             theirs = base.get((game, opponent), {})
             common = [e for e in games if e in theirs]
+            valid = [e for e in common if not games[e][1] and not theirs[e][1]]
             diff, diff_ci = mean_ci95([games[e][0] - theirs[e][0] for e in common],
                                       (-100.0, 100.0))
-            rows.append({"policy": label, "game": game, "opponent": opponent, "n": len(games),
-                         "normalized_return": mean, "ci95": ci,
-                         "invalid_rate": sum(bad for _, bad in games.values()) / len(games),
-                         "diff": diff, "diff_ci95": diff_ci, "paired_n": len(common)})
+            valid_diff, valid_ci = mean_ci95([games[e][0] - theirs[e][0] for e in valid],
+                                             (-100.0, 100.0))
+            row = {"policy": label, "game": game, "opponent": opponent, "n": len(games),
+                   "normalized_return": mean, "ci95": ci,
+                   "invalid_rate": sum(bad for _, bad in games.values()) / len(games),
+                   "diff": diff, "diff_ci95": diff_ci, "paired_n": len(common),
+                   "valid_diff": valid_diff, "valid_diff_ci95": valid_ci, "valid_n": len(valid)}
+            base_invalid = (sum(theirs[e][1] for e in common) / len(common)) if common else 0.0
+            row["reading"] = "-" if label == baseline else reading_of(row, base_invalid)
+            rows.append(row)
     return rows
+
+
+def clears(diff: float, half_width: float) -> bool:
+    """The project's verdict rule: a difference counts when it exceeds twice its 95% half-width."""
+    return abs(diff) > 2 * half_width
+
+
+def reading_of(row: dict, base_invalid: float) -> str:
+    """What a paired difference rests on. `no clear change`: it does not clear (`clears`).
+    `play`: it clears and so does the difference over the deals neither policy lost to an
+    invalid reply, with the same sign. `format only`: it clears, the valid deals' difference
+    does not, and the invalid-reply rate moved the difference's way (fewer invalid replies
+    behind a gain, more behind a loss). `unclear on valid deals`: any other case."""
+    if not clears(row["diff"], row["diff_ci95"]):
+        return "no clear change"
+    sign = 1 if row["diff"] > 0 else -1
+    if row["valid_n"] and clears(row["valid_diff"], row["valid_diff_ci95"]) \
+            and row["valid_diff"] * sign > 0:
+        return "play"
+    if (base_invalid - row["invalid_rate"]) * sign > 0:
+        return "format only"
+    return "unclear on valid deals"
 
 
 def paired_markdown(rows: list[dict], baseline: str) -> str:
     """`paired_rows` as a Markdown table (95% intervals; a difference is marked `*` when it
-    clears twice its half-width)."""
+    clears twice its half-width), with the difference over the deals neither policy lost to an
+    invalid reply and what the difference rests on (`reading_of`)."""
     lines = [f"| policy | game | opponent | games | normalized return | invalid | vs {baseline} "
-             "(paired) |", "|---|---|---|---|---|---|---|"]
+             f"(paired) | valid deals only | reading |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        clear = " *" if r["policy"] != baseline and abs(r["diff"]) > 2 * r["diff_ci95"] else ""
-        vs = "-" if r["policy"] == baseline else f"{r['diff']:+.1f} ± {r['diff_ci95']:.1f}{clear}"
+        if r["policy"] == baseline:
+            vs = valid = "-"
+        else:
+            mark = " *" if clears(r["diff"], r["diff_ci95"]) else ""
+            vs = f"{r['diff']:+.1f} ± {r['diff_ci95']:.1f}{mark}"
+            mark = " *" if clears(r["valid_diff"], r["valid_diff_ci95"]) else ""
+            valid = (f"{r['valid_diff']:+.1f} ± {r['valid_diff_ci95']:.1f}{mark} "
+                     f"(n={r['valid_n']})")
         lines.append(f"| {r['policy']} | {r['game']} | {r['opponent']} | {r['n']} | "
                      f"{r['normalized_return']:.1f} ± {r['ci95']:.1f} | "
-                     f"{r['invalid_rate']:.0%} | {vs} |")
+                     f"{r['invalid_rate']:.0%} | {vs} | {valid} | {r['reading']} |")
     return "\n".join(lines) + "\n"

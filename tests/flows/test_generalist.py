@@ -54,7 +54,11 @@ def test_generalist_trains_on_three_games_in_one_run(tmp_path, prefect_api, tiny
     assert dict(forfeits.iter_rows()).get("tic_tac_toe", -2.0) == pytest.approx(-2.0)
     results = json.loads((stage_dir(run, 0, EVALUATE) / RESULTS_FILE).read_text())
     assert {(r["game"], r["opponent"]) for r in results} == {
-        ("tic_tac_toe", "bot:mcts-5"), ("kuhn_poker", "bot:nash"), ("mini_hanabi", "self")}
+        ("tic_tac_toe", "bot:mcts-5"), ("kuhn_poker", "bot:nash"), ("mini_hanabi", "self"),
+        # the held-out games, never trained on (none of them is in the rollouts above)
+        ("connect_four", "bot:mcts-10"), ("leduc_poker", "bot:nash"), ("simple_hanabi", "self")}
+    strength = (run / "final" / "strength" / "strength.md").read_text()
+    assert "| final | leduc_poker | bot:nash |" in strength and "| reading |" in strength
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("mars-generalist")
     parent = [r for r in client.search_runs([exp.experiment_id])

@@ -199,6 +199,32 @@ def test_strength_rows_pair_the_same_deals():
     assert "| iter 4 | tic_tac_toe | bot:mcts-10 | 5 |" in paired_markdown(rows, "start")
 
 
+def test_a_gain_from_format_alone_reads_format_only_and_a_gain_in_play_reads_play():
+    """Issue 32: a gain that is only "answers in format now" is reported as such. Start: the
+    policy (seat 0) loses 30 deals by an invalid reply and draws 30; later: it draws all 60,
+    so the whole gain comes from the deals it no longer loses by format. Another later policy
+    wins every deal: a gain on the valid deals too, in play."""
+    from mars_core.evaluation.game_eval import paired_markdown, paired_rows
+
+    opp = "bot:random"
+    start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp), (-1.0, 1.0) if i < 30
+                      else (0.0, 0.0), error_player=0 if i < 30 else -1) for i in range(60)]
+    formatted = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp), (0.0, 0.0)) for i in range(60)]
+    better = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp), (1.0, -1.0)) for i in range(60)]
+    rows = paired_rows({"start": start, "formatted": formatted, "better": better}, "start")
+    first, fmt, play = rows
+    assert first["reading"] == "-" and first["invalid_rate"] == 0.5
+    assert fmt["diff"] > 2 * fmt["diff_ci95"]  # the overall difference clears ...
+    assert fmt["valid_n"] == 30 and fmt["valid_diff"] == 0.0  # ... not on the valid deals
+    assert fmt["reading"] == "format only"
+    assert play["valid_n"] == 30 and play["valid_diff"] > 2 * play["valid_diff_ci95"]
+    assert play["reading"] == "play"
+    table = paired_markdown(rows, "start")
+    assert "| format only |" in table and "| play |" in table and "(n=30)" in table
+    same = paired_rows({"start": start, "again": start}, "start")[1]
+    assert same["reading"] == "no clear change"
+
+
 def test_strength_rows_count_the_policys_own_errors():
     from mars_core.evaluation.game_eval import paired_rows
 
@@ -207,6 +233,27 @@ def test_strength_rows_count_the_policys_own_errors():
     row, = paired_rows({"start": eps}, "start")
     assert row["invalid_rate"] == 0.5  # only game a's error is the policy's
     assert row["normalized_return"] == pytest.approx(100 * ((-1 + 2) / 4 + (1 + 2) / 4) / 2)
+
+
+def test_held_out_games_are_evaluated_beside_the_training_games_never_trained_on():
+    """Issue 32: a run evaluates games it never trains on (the MARS generalist's Connect Four,
+    Leduc and Simple Hanabi) on the same deals at every evaluation, with their own opponents."""
+    from mars_core.config import ConfigError, load_config
+    from tasks.evaluate import _plan
+
+    cfg = load_config(None, ["rollout.games=[tic_tac_toe]", "evaluation.games_per_seat=2",
+                             "evaluation.held_out=[connect_four, leduc_poker]",
+                             "evaluation.opponents={leduc_poker: bot:random}"])
+    assert cfg.evaluation.suite(cfg.rollout.games) == {
+        "tic_tac_toe": ("bot:mcts-100",), "connect_four": ("bot:mcts-10",),
+        "leduc_poker": ("bot:random",)}
+    specs, _ = _plan(cfg)
+    assert {s.game for s in specs} == {"tic_tac_toe", "connect_four", "leduc_poker"}
+    assert [s.episode_id for s in specs] == [s.episode_id for s in _plan(cfg)[0]]  # same deals
+    with pytest.raises(ConfigError, match="kuhn_poker is also a training game"):
+        load_config(None, ["rollout.games=[kuhn_poker]", "evaluation.held_out=[kuhn_poker]"])
+    with pytest.raises(ConfigError, match="unknown game|no_such_game"):
+        load_config(None, ["evaluation.held_out=[no_such_game]"])
 
 
 def test_training_evaluation_takes_one_opponent_or_several():

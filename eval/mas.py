@@ -128,6 +128,39 @@ def paired_difference(a: list[Result], b: list[Result]) -> dict:
                         "for outcomes in [-1, 1]"}
 
 
+def paired_cells(a: list[Result], b: list[Result]) -> list[dict]:
+    """`paired_difference` of model a minus model b for each (system, benchmark) both answered,
+    then per system over its benchmarks (`benchmark` "all"), then over everything (`system`
+    "all"): each row's `reading` is `a better`, `a worse` or `no measurable change` (the 95%
+    interval covers 0), so a run on a small model says "no change" with its interval rather
+    than hiding it."""
+    cells = sorted({(r.system, r.benchmark) for r in a} & {(r.system, r.benchmark) for r in b})
+    systems = sorted({s for s, _ in cells})
+    groups = [(s, bench, {(s, bench)}) for s, bench in cells]
+    if len(cells) > len(systems):
+        groups += [(s, "all", {c for c in cells if c[0] == s}) for s in systems]
+    if len(systems) > 1:
+        groups.append(("all", "all", set(cells)))
+    rows = []
+    for system, benchmark, members in groups:
+        d = paired_difference([r for r in a if (r.system, r.benchmark) in members],
+                              [r for r in b if (r.system, r.benchmark) in members])
+        reading = "a better" if d["wins"] else "a worse" if d["loses"] else "no measurable change"
+        rows.append({"system": system, "benchmark": benchmark, **d, "reading": reading})
+    return rows
+
+
+def paired_cells_markdown(rows: list[dict], a: str, b: str) -> str:
+    """`paired_cells` as Markdown: accuracy points of `a` minus `b` with the 95% half-width."""
+    lines = [f"| system | benchmark | questions | {a} - {b} (points, paired) | reading |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        reading = r["reading"].replace("a better", f"{a} better").replace("a worse", f"{a} worse")
+        lines.append(f"| {r['system']} | {r['benchmark']} | {r['n']} | "
+                     f"{r['difference']:+.1f} ± {r['ci95']:.1f} | {reading} |")
+    return "\n".join(lines) + "\n"
+
+
 # what a gated benchmark's transcript keeps: no question or reply text
 _TEXTLESS = ("agent", "finish_reason", "error", "prompt_tokens", "completion_tokens", "start", "end")
 

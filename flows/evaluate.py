@@ -15,7 +15,8 @@ from pathlib import Path
 from prefect import flow
 
 from eval.benchmarks import SHIPPED, check_names
-from eval.mas import comparison_table, markdown
+from eval.mas import (comparison_table, markdown, paired_cells, paired_cells_markdown,
+                      read_records)
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import config_from_dict, load_game_eval_config
 from mars_core.config.base import former
@@ -145,14 +146,22 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
               **benchmark_sampling(max_new_tokens), "seed": seed}
     write_results(out_path, config, reports, table)
     table_md = out_path.with_name(out_path.stem + "_table.md")
+    text = markdown(table)
+    files = [out_path, table_md]
+    if baseline:  # the same questions in both: the difference paired by question, per cell
+        paired = paired_cells(read_records(records / "model"), read_records(records / "baseline"))
+        paired_md = out_path.with_name(out_path.stem + "_paired.md")
+        paired_md.write_text(paired_cells_markdown(paired, "model", "baseline"))
+        text += "\n" + paired_md.read_text()
+        files.append(paired_md)
     table_md.write_text(markdown(table))
-    print("\n" + markdown(table))
+    print("\n" + text)
     run_id = None
     if tracking_uri:
         run_id = log_mas(tracking_uri, experiment, f"mas {shown}", config, reports, table,
-                         [out_path, table_md])
+                         files)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
-    publish_markdown(f"mas-{shown}", markdown(table), f"reasoning benchmarks in multi-agent "
+    publish_markdown(f"mas-{shown}", text, f"reasoning benchmarks in multi-agent "
                      f"systems: {shown}" + (f" vs {shown_baseline}" if baseline else ""),
                      tracking_uri, run_id)
     return {"out": str(out_path), "records": sum(r["n"] for rep in reports for r in rep["rows"]),

@@ -23,7 +23,8 @@ from pathlib import Path
 from prefect import flow
 
 from eval.benchmarks import SHIPPED, check_names
-from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
+from eval.mas import (comparison_table, decide, markdown, paired_cells, paired_cells_markdown,
+                      paired_difference, read_records,
                       game_eval_difference)
 from eval.systems import SYSTEMS, Result, check_systems
 from mars_core.config import load_game_eval_config
@@ -90,9 +91,9 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
                      for label in labels}
     arena = _arena_round(arena_preset, local, base_model, folder, store, runs_dir)
     records = folder / "records"
-    mas_diff, strat_diff, promoted, why = promotion(
-        read_records(records / "candidate"),
-        read_records(records / "champion") if "champion" in local else None, strategic)
+    mine, theirs = (read_records(records / "candidate"),
+                    read_records(records / "champion") if "champion" in local else None)
+    mas_diff, strat_diff, promoted, why = promotion(mine, theirs, strategic)
     print(f"decision: {'promote' if promoted else 'keep'} ({why})")
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "champion" if "champion" in local else None)
@@ -108,8 +109,11 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
               "game_eval_preset": game_eval_preset or "", "game_eval_n": game_eval_n,
               "arena_preset": arena_preset or "", "base_model": base_model or "", "seed": seed}
     write_results(out, config, reports, table, json.loads(json.dumps(extra, default=str)))
-    (folder / "table.md").write_text(markdown(table))
-    print("\n" + markdown(table))
+    text = markdown(table)
+    if theirs:  # per system and benchmark, paired by question
+        text += "\n" + paired_cells_markdown(paired_cells(mine, theirs), "candidate", "champion")
+    (folder / "table.md").write_text(text)
+    print("\n" + text)
     metrics = {"promoted": float(promoted)}
     files = [out, folder / "table.md"]
     if arena:
@@ -128,7 +132,7 @@ def nightly_eval_flow(registered_model: str = "mars-tic-tac-toe", candidate: str
         print(f"{champion} -> version {versions['candidate']}")
     verdict = (f"**{'promote' if promoted else 'keep'}**: {why}"
                + (f"; `{champion}` -> version {versions['candidate']}" if promoted and promote
-                  else "") + "\n\n" + markdown(table))
+                  else "") + "\n\n" + text)
     publish_markdown(f"nightly-{registered_model}", verdict, f"nightly evaluation of "
                      f"{registered_model}: {candidate} v{versions['candidate']} vs {champion} "
                      f"v{versions['champion'] or '-'}", store, run_id)

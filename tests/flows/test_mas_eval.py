@@ -46,6 +46,9 @@ def test_every_system_on_every_benchmark_with_the_embedded_model(
     agents = [t["agent"] for t in mad["transcript"]]
     assert agents[:3] == ["affirmative", "negative", "moderator"] and mad["calls"] == len(agents)
     assert "| model - baseline | mad |" in (tmp_path / "mas_table.md").read_text()
+    paired = (tmp_path / "mas_paired.md").read_text()  # per cell, paired by question
+    assert "| model - baseline (points, paired) |" in paired and "| single | gsm8k | 1 | " in paired
+    assert "| all | all | 18 | " in paired  # 3 systems x 6 benchmarks x 1 question
 
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("mars-mas-eval").experiment_id])
@@ -53,7 +56,7 @@ def test_every_system_on_every_benchmark_with_the_embedded_model(
     children = {r.info.run_name.rsplit(" / ", 1)[1]: r for r in runs
                 if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert set(children) == {"model", "baseline"}
-    assert {"comparison_table.json", "mas.json", "mas_table.md"} <= {
+    assert {"comparison_table.json", "mas.json", "mas_table.md", "mas_paired.md"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "avg/model/mad" in parent.data.metrics
     child = children["model"]

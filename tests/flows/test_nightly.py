@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -67,6 +68,10 @@ def test_candidate_that_does_not_win_leaves_the_champion(tmp_path, prefect_api, 
     assert not report["strategic_difference"]["wins"] and report["decision"]["promote"] is False
     assert {r["model"] for r in report["table"]} >= {"candidate", "champion",
                                                      "candidate - champion"}
+    # per system and benchmark, paired by question (same weights: no measurable change)
+    table = (Path(result["out"]).parent / "table.md").read_text()
+    assert "| candidate - champion (points, paired) | reading |" in table
+    assert "| all | all | 8 | +0.0 ± " in table and "no measurable change" in table
     run = client.get_run(result["mlflow_run_id"])
     assert run.data.metrics["promoted"] == 0 and "mas/difference" in run.data.metrics
     assert "strategic/ci95" in run.data.metrics

@@ -33,6 +33,30 @@ def test_summary_rows_per_system_and_benchmark():
     assert single["prompt_tokens"] == 40 and single["stops"] == {"answered": 4}
 
 
+def test_paired_cells_say_per_system_and_benchmark_what_changed():
+    """Issue 32: a trained model against its start, per system and benchmark, paired by
+    question, with intervals: a clear gain reads better, a tie reads no measurable change."""
+    from eval.mas import paired_cells, paired_cells_markdown
+
+    start = [res(s, b, str(i), i % 2 == 0) for s in ("single", "mad") for b in ("gsm8k", "aqua")
+             for i in range(40)]
+    # single/gsm8k: 30 more right answers; everything else the same answers
+    final = [res(r.system, r.benchmark, r.id,
+                 r.correct or (r.system, r.benchmark) == ("single", "gsm8k")) for r in start]
+    rows = {(r["system"], r["benchmark"]): r for r in paired_cells(final, start)}
+    assert set(rows) == {("single", "gsm8k"), ("single", "aqua"), ("mad", "gsm8k"),
+                         ("mad", "aqua"), ("single", "all"), ("mad", "all"), ("all", "all")}
+    gain = rows[("single", "gsm8k")]
+    assert (gain["n"], gain["difference"], gain["reading"]) == (40, 50.0, "a better")
+    tie = rows[("mad", "aqua")]
+    assert (tie["difference"], tie["reading"]) == (0.0, "no measurable change")
+    assert tie["ci95"] > 0  # a tie still has its interval
+    assert rows[("all", "all")]["n"] == 160
+    table = paired_cells_markdown(paired_cells(final, start), "final", "start")
+    assert "| single | gsm8k | 40 | +50.0 ± " in table and "| final better |" in table
+    assert "no measurable change" in table
+
+
 def test_paired_difference_wins_only_beyond_the_interval():
     base = [res("single", "gsm8k", str(i), False) for i in range(40)]
     better = [res("single", "gsm8k", str(i), i < 20) for i in range(40)]

@@ -217,8 +217,9 @@ def paired_rows(evaluations: dict[str, list[Episode]], baseline: str) -> list[di
                    "invalid_rate": sum(bad for _, bad in games.values()) / len(games),
                    "diff": diff, "diff_ci95": diff_ci, "paired_n": len(common),
                    "valid_diff": valid_diff, "valid_diff_ci95": valid_ci, "valid_n": len(valid)}
-            base_invalid = (sum(theirs[e][1] for e in common) / len(common)) if common else 0.0
-            row["reading"] = "-" if label == baseline else reading_of(row, base_invalid)
+            moved = (sum(theirs[e][1] - games[e][1] for e in common) / len(common)
+                     if common else 0.0)  # the drop in invalid replies on the paired deals
+            row["reading"] = "-" if label == baseline else reading_of(row, moved)
             rows.append(row)
     return rows
 
@@ -228,19 +229,20 @@ def clears(diff: float, half_width: float) -> bool:
     return abs(diff) > 2 * half_width
 
 
-def reading_of(row: dict, base_invalid: float) -> str:
+def reading_of(row: dict, invalid_drop: float) -> str:
     """What a paired difference rests on. `no clear change`: it does not clear (`clears`).
     `play`: it clears and so does the difference over the deals neither policy lost to an
     invalid reply, with the same sign. `format only`: it clears, the valid deals' difference
     does not, and the invalid-reply rate moved the difference's way (fewer invalid replies
-    behind a gain, more behind a loss). `unclear on valid deals`: any other case."""
+    behind a gain, more behind a loss; `invalid_drop`: the baseline's invalid-reply rate minus
+    this policy's, on the paired deals). `unclear on valid deals`: any other case."""
     if not clears(row["diff"], row["diff_ci95"]):
         return "no clear change"
     sign = 1 if row["diff"] > 0 else -1
     if row["valid_n"] and clears(row["valid_diff"], row["valid_diff_ci95"]) \
             and row["valid_diff"] * sign > 0:
         return "play"
-    if (base_invalid - row["invalid_rate"]) * sign > 0:
+    if invalid_drop * sign > 0:
         return "format only"
     return "unclear on valid deals"
 

@@ -11,23 +11,45 @@ stays up until the command has reported its flow run's end, then goes with the c
 (Prefect's exit handler stops it). (In the command's group it died first, and the command spent
 minutes retrying a gone API.) It also gets SIGTERM when the command is gone without stopping it
 (kill -9): Linux's parent-death signal, which follows the thread that started it, the main one.
+
+An interrupt whose KeyboardInterrupt is raised while the main thread runs a finalizer (a
+`__del__`, a weakref callback such as SQLAlchemy's, the garbage collector's) is swallowed by
+Python ("Exception ignored in ...") and the command would run on to its end. Such a swallowed
+interrupt is delivered again, as the same signal, a moment later (`_redeliver`, installed as
+`sys.unraisablehook`), until it reaches the command's code.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import _thread
 import functools
 import os
 import signal
 import subprocess
+import sys
 import threading
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # prctl(2)
+REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by then (or is retried)
+_last = {"signal": signal.SIGINT}  # the interrupt last received, to deliver again if swallowed
 
 
 def _as_ctrl_c(signum, frame):
+    _last["signal"] = signum
     raise KeyboardInterrupt
+
+
+def _redeliver(unraisable, previous=sys.unraisablehook) -> None:
+    """`sys.unraisablehook`: a KeyboardInterrupt that Python swallowed (raised inside a
+    finalizer) comes again as the same signal after REDELIVER_S; anything else as before."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        previous(unraisable)
+        return
+    timer = threading.Timer(REDELIVER_S, _thread.interrupt_main, args=(_last["signal"],))
+    timer.daemon = True  # never holds the exit
+    timer.start()
 
 
 def handle_like_ctrl_c() -> None:
@@ -37,6 +59,8 @@ def handle_like_ctrl_c() -> None:
     there)."""
     if threading.current_thread() is not threading.main_thread():
         return
+    if getattr(sys.unraisablehook, "func", None) is not _redeliver:
+        sys.unraisablehook = functools.partial(_redeliver, previous=sys.unraisablehook)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _as_ctrl_c)

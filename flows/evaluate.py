@@ -151,8 +151,9 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
     if baseline:  # the same questions in both: the difference paired by question, per cell
         paired = paired_cells(read_records(records / "model"), read_records(records / "baseline"))
         paired_md = out_path.with_name(out_path.stem + "_paired.md")
-        paired_md.write_text(paired_cells_markdown(paired, "model", "baseline"))
-        text += "\n" + paired_md.read_text()
+        paired_text = paired_cells_markdown(paired, "model", "baseline")
+        paired_md.write_text(paired_text)
+        text += "\n" + paired_text
         files.append(paired_md)
     table_md.write_text(markdown(table))
     print("\n" + text)

@@ -41,9 +41,10 @@ def eval_prefix(cfg, game: str, opponent: str) -> str:
 def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     """Evaluate `policy` (stage folder `<k>/evaluate`) and log `eval/...` at `step`."""
     cfg = read_config(Path(run_dir))
+    suite = cfg.evaluation.suite(cfg.rollout.games)  # training games, then the held-out ones
 
     def body(out: Path) -> dict:
-        specs, cells = _plan(cfg)
+        specs, cells = _plan(cfg, suite)
         metrics = {}
         if cfg.cluster.sharded:
             episodes, _, metrics = sharded_episodes(
@@ -52,7 +53,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         else:
             episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs)
         records = suite_records(cells, episodes, policy)
-        for game in cfg.evaluation.suite(cfg.rollout.games):
+        for game in suite:
             mine = [ep for ep in episodes if ep.game == game]
             (out / f"transcripts_{game}.md").write_text(
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
@@ -62,8 +63,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                           r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
-    files = (RESULTS_FILE, *(f"transcripts_{game}.md"
-                             for game in cfg.evaluation.suite(cfg.rollout.games)))
+    files = (RESULTS_FILE, *(f"transcripts_{game}.md" for game in suite))
     metrics = run_stage(run_dir, k, EVALUATE, body, step=step, artifacts=files, run_id=child)
     drop_shards(stage_dir(run_dir, k, EVALUATE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too
@@ -71,9 +71,10 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     return metrics
 
 
-def _plan(cfg):
-    """The evaluation's episodes (the same deals at every step) and their suite cells."""
-    suite = cfg.evaluation.suite(cfg.rollout.games)  # training games, then the held-out ones
+def _plan(cfg, suite: dict | None = None):
+    """The evaluation's episodes (the same deals at every step) and their suite cells; the
+    suite: the training games, then the held-out ones."""
+    suite = suite or cfg.evaluation.suite(cfg.rollout.games)
     check_suite(suite, POLICY)
     return suite_specs(suite, POLICY, cfg.evaluation.games_per_seat,
                        derive_seed(cfg, Stream.EVALUATION_DEALS))

@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             signals.start_temporary_server()
         result = command.module.run(args)
     except KeyboardInterrupt:
-        hint = "; run the same command again to resume" if command.resumable else ""
-        _say(f"mars: interrupted{hint}", sys.stderr)
-        return 130
+        return _interrupted(command)
     except errors as e:
         print(f"mars: error: {redact_urls(str(e))}", file=sys.stderr)  # a URL's password too
         return 2
@@ -71,8 +69,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mars: error: {lost}", file=sys.stderr)
         return 2
-    _say(command.module.done(args, result))
+    try:  # an interrupt that lands after the work (one delivered again: cli/signals.py)
+        _say(command.module.done(args, result))
+    except KeyboardInterrupt:
+        return _interrupted(command)
     return 0
+
+
+def _interrupted(command) -> int:
+    hint = "; run the same command again to resume" if command.resumable else ""
+    _say(f"mars: interrupted{hint}", sys.stderr)
+    return 130
 
 
 def _say(line: str, stream=None) -> None:

@@ -5,6 +5,8 @@
         generate_rollouts -> build_players -> filter_steps -> assign_rewards
         -> bank_episodes -> build_batch -> compute_advantages -> replays (HTML pages)
         -> train_step -> save_checkpoint -> (every k) evaluate
+        (with `rollout.overlap`, iteration k+1's games are played in a thread while k's
+        train_step runs, by the policy before that update: `_ahead`)
     register the final checkpoint (alias `candidate`)
     the start policy against the final one, on the same deals (when both were evaluated)
 
@@ -14,11 +16,15 @@ stages and continues at the first unfinished one. Which folders each stage reads
 """
 from __future__ import annotations
 
+import contextvars
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 from prefect import flow
 
 from mars_core.config import load_config
+from mars_core.models.weights import import_loaders
 from mars_core.privacy.private import reveal
 from mars_core.privacy.redact import install_log_redaction
 from mars_core.run.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
@@ -32,7 +38,7 @@ from tasks.evaluate import compare_start_final, evaluate, evaluation_records, le
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
-from tasks.rollout import generate_rollouts
+from tasks.rollout import STOP_PLAY, generate_rollouts
 from tasks.shards import share_config, unshare_config
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
@@ -101,20 +107,31 @@ def _iterations(run_dir: str, cfg) -> dict:
     last: dict = {}
     n = cfg.run.iterations
     progress = Progress(f"{name}-iterations", 0, n, f"iterations of {name}")
-    for k in range(n):
-        last = _iteration(run_dir, k, bool(every and ((k + 1) % every == 0 or k + 1 == n)))
-        print(summary_line(k, n, last))
-        progress.update(k + 1)
+    ahead: dict[int, Future] = {}  # an iteration's games, started while the one before trains
+    STOP_PLAY.clear()
+    try:
+        for k in range(n):
+            last = _iteration(run_dir, k, bool(every and ((k + 1) % every == 0 or k + 1 == n)),
+                              ahead, cfg.rollout.overlap and k + 1 < n)
+            print(summary_line(k, n, last))
+            progress.update(k + 1)
+    except BaseException:
+        _stop(ahead)
+        raise
     version = register_final(run_dir)
     strength = compare_start_final(run_dir) if every and cfg.evaluation.at_start else ""
     return {"model_version": version, "strength": strength, **last}
 
 
-def _iteration(run_dir: str, k: int, evaluated: bool) -> dict:
+def _iteration(run_dir: str, k: int, evaluated: bool, ahead: dict[int, Future],
+               overlap: bool) -> dict:
     """Iteration k, stage by stage (`mars_core.run.layout.ITERATION_STAGES`; the folders each
-    stage reads: `STAGE_INPUTS`); the stages' metrics merged, a later key winning."""
+    stage reads: `STAGE_INPUTS`); the stages' metrics merged, a later key winning. Its games
+    come from `ahead` when they were started during iteration k-1's update; with `overlap`,
+    iteration k+1's are started before k's update and have ended before k's checkpoint is
+    saved (saving prunes older weights; evaluating uses the engines)."""
     metrics: dict = {}
-    metrics |= generate_rollouts(run_dir, k)
+    metrics |= ahead.pop(k).result() if k in ahead else generate_rollouts(run_dir, k)
     metrics |= build_players(run_dir, k)
     metrics |= filter_steps(run_dir, k)
     metrics |= assign_rewards(run_dir, k)
@@ -122,12 +139,45 @@ def _iteration(run_dir: str, k: int, evaluated: bool) -> dict:
     metrics |= build_batch(run_dir, k)
     metrics |= compute_advantages(run_dir, k)
     metrics |= write_iteration_replays(run_dir, k)
+    if overlap:
+        ahead[k + 1] = _ahead(run_dir, k + 1)
     metrics |= train_step(run_dir, k)
+    if k + 1 in ahead:
+        ahead[k + 1].exception()  # waits; a failure is raised when iteration k+1 takes them
     metrics |= save_checkpoint(run_dir, k)
     if evaluated:  # every `evaluation.every` iterations, and after the last
         policy = str(input_dir(run_dir, k, reader=EVALUATE, stage=SAVE_CHECKPOINT))
         metrics |= _evaluated(run_dir, k, evaluate(run_dir, k, policy, k + 1), k + 1)
     return metrics
+
+
+def _ahead(run_dir: str, k: int) -> Future:
+    """generate_rollouts(run_dir, k) in a thread of its own, with the flow run's context (its
+    task run belongs to this flow run: the Prefect UI shows it beside the update). A daemon
+    thread: a stopped flow does not wait for games on a cluster to end."""
+    import_loaders()  # not raced by the two threads' first loads
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def play():
+        try:
+            future.set_result(context.run(generate_rollouts, run_dir, k))
+        except BaseException as e:  # noqa: BLE001 (handed to the flow's thread)
+            future.set_exception(e)
+
+    threading.Thread(target=play, name=f"rollouts ahead {k}", daemon=True).start()
+    return future
+
+
+def _stop(ahead: dict[int, Future], wait_s: float = 60.0) -> None:
+    """The flow is failing: games played ahead stop at their next round of engine calls
+    (in process; shards on a cluster run out) and are waited for up to `wait_s`."""
+    STOP_PLAY.set()
+    for future in ahead.values():
+        try:
+            future.exception(timeout=wait_s)
+        except BaseException:  # noqa: BLE001 (still running, or a second interrupt)
+            pass
 
 
 def _evaluated(run_dir: str, k, metrics: dict, trained: int) -> dict:

@@ -17,20 +17,21 @@ def initial_policy(run_dir: Path, k: int | str, *, reader: str) -> str:
     return read_json(init / POLICY_FILE)["path"]
 
 
-def policy_at(run_dir: Path, k: int, *, reader: str) -> str:
+def policy_at(run_dir: Path, k: int, *, reader: str, lag: int = 0) -> str:
     """The policy that plays iteration k (and that its update starts from), as stage `reader`
-    reads it: the start policy, or the checkpoint of k-1."""
-    if k == 0:
+    reads it: the start policy, or the checkpoint of k-1; `lag` updates older for games
+    played while the update before runs (`rollout.overlap`: the checkpoint of k-2)."""
+    if k - lag <= 0:
         return initial_policy(run_dir, k, reader=reader)
-    return str(input_dir(run_dir, k, reader=reader, stage=SAVE_CHECKPOINT, at=k - 1))
+    return str(input_dir(run_dir, k, reader=reader, stage=SAVE_CHECKPOINT, at=k - 1 - lag))
 
 
-def frozen_snapshots(run_dir: Path, k: int) -> dict[str, str]:
+def frozen_snapshots(run_dir: Path, k: int, lag: int = 0) -> dict[str, str]:
     """Frozen opponents available to iteration k: the start policy and every earlier
-    checkpoint, before the current policy (k-1), whose weights are still on disk
+    checkpoint, before the one that plays (k-1, or k-1-lag), whose weights are still on disk
     (`checkpoint.keep_last` / `keep_every`). Label -> model folder."""
     snapshots = {"start": initial_policy(run_dir, k, reader=GENERATE_ROLLOUTS)}
-    for j in range(k - 1):
+    for j in range(k - 1 - lag):
         folder = input_dir(run_dir, k, reader=GENERATE_ROLLOUTS, stage=SAVE_CHECKPOINT, at=j)
         if any(folder.glob("*.safetensors")):
             snapshots[iter_name(j)] = str(folder)

@@ -3,6 +3,7 @@ samplers draw), stored as Parquet (one row per turn)."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,11 @@ from tasks.shards import drop_shards, shard_slices
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 
 
+# set by the training flow when it fails while an iteration's games are played ahead in a
+# thread (`rollout.overlap`): that play ends at its next round of engine calls
+STOP_PLAY = threading.Event()
+
+
 def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
     """Iteration k's episodes from the samplers (environment, opponent, position), with the
     `frozen` opponent placeholder replaced by one earlier checkpoint, drawn per iteration."""
@@ -35,7 +41,7 @@ def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
     specs = plan_episodes(r.games, r.episodes_per_iteration, k, seed, pools=pools,
                           weights=r.game_weights, position=r.position)
     if any(a == FROZEN for s in specs for a in s.agents):
-        label = random.Random(seed).choice(sorted(frozen_snapshots(run_dir, k)))
+        label = random.Random(seed).choice(sorted(frozen_snapshots(run_dir, k, r.policy_lag)))
         specs = [replace(s, agents=tuple(f"{FROZEN}:{label}" if a == FROZEN else a
                                          for a in s.agents)) for s in specs]
     return specs
@@ -44,12 +50,13 @@ def plan_iteration(cfg, run_dir: str, k: int, seed: int) -> list[EpisodeSpec]:
 def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
     """The policy's engine, plus one per frozen checkpoint the plan names (always in
     process: a vLLM server holds the policy's weights only)."""
-    policy = make_engine(cfg, policy_at(run_dir, k, reader=GENERATE_ROLLOUTS),
+    lag = cfg.rollout.policy_lag
+    policy = make_engine(cfg, policy_at(run_dir, k, reader=GENERATE_ROLLOUTS, lag=lag),
                          log_dir=Path(run_dir))
     frozen = sorted({a for s in specs for a in s.agents if is_frozen(a)})
     if not frozen:
         return policy, policy
-    snapshots = frozen_snapshots(run_dir, k)
+    snapshots = frozen_snapshots(run_dir, k, lag)
     engines = {POLICY: policy}
     engines |= {a: make_engine(cfg, snapshots[a.split(":", 1)[1]], backend="hf") for a in frozen}
     return engines, policy
@@ -90,7 +97,7 @@ def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progre
     load_s, stats = time.perf_counter() - start, RolloutStats()
     episodes = play_episodes(specs, engines, prompt_builder(cfg, engine.tokenizer),
                              sampling(cfg, seed), stats=stats, progress=progress,
-                             per_game=cfg.rollout.per_game_sampling(seed))
+                             per_game=cfg.rollout.per_game_sampling(seed), stop=STOP_PLAY.is_set)
     return episodes, stats, engine, load_s
 
 

@@ -223,7 +223,8 @@ def save_checkpoint(run_dir: str, k: int) -> dict:
 
     metrics = run_stage(run_dir, k, SAVE_CHECKPOINT, body, step=k)
     drop_heavy(src)  # the published checkpoint holds the only link it still needs
-    for j in prune_plan(k, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every):
+    keep = max(cfg.checkpoint.keep_last, 1 + cfg.rollout.policy_lag)  # k+1's games may play k-1
+    for j in prune_plan(k, keep, cfg.checkpoint.keep_every):
         drop_heavy(checkpoint_dir(run_dir, j))
     return metrics
 

@@ -138,6 +138,9 @@ class Config(_Section):
             raise ValueError(f"evaluation.held_out: {', '.join(trained)} is also a training game "
                              "(rollout.games); a held-out game is one never trained on")
         a, b = self.algorithm, self.batching
+        if self.rollout.overlap and a.is_cap is None:
+            raise ValueError("rollout.overlap plays each iteration one update behind: it needs "
+                             "the importance correction (set algorithm.is_cap, e.g. 2.0)")
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
                              "set batching.unit: trajectory (or use estimator rloo_env)")

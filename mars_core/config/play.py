@@ -88,6 +88,17 @@ class RolloutConfig(PlayConfig):
     # position sampler: the policy's seat against an opponent: "rotate" (every seat in turn)
     # or "random" (uniform); roles follow seats, secret roles are drawn by the game
     position: Literal["rotate", "random"] = "rotate"
+    # rollouts overlapping the update (asynchronous RL, one update behind): iteration k+1's
+    # games are played while iteration k trains, so they come from the policy before k's
+    # update (the checkpoint of k-1) and the update's importance weight (algorithm.is_cap)
+    # corrects the lag. It pays on a cluster (cluster.ray.address: the games run on other
+    # nodes); in one process the two share the cores
+    overlap: bool = False
+
+    @property
+    def policy_lag(self) -> int:
+        """How many updates behind the newest policy this run's games are played: 0 or 1."""
+        return int(self.overlap)
 
     @model_validator(mode="after")
     def _known_games(self):

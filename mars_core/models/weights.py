@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -216,9 +217,10 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32,
-        **kwargs)
+    with LOADING:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32,
+            **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = CHATML_TEMPLATE
@@ -229,27 +231,44 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+# transformers builds a model on the meta device under a process-wide switch, and resolves
+# its classes lazily on first use: two threads loading at once (rollouts played ahead while
+# the update loads, `rollout.overlap`) break each other ("Cannot copy out of meta tensor",
+# "cannot import name 'AutoModelForCausalLM'"). Every load in this process holds this lock.
+LOADING = threading.RLock()
+
+
+def import_loaders() -> None:
+    """transformers' loading classes resolved now, in this thread (before a second thread
+    loads models: `flows.train._ahead`)."""
+    with LOADING:
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+
 def load_model(path: Path | str, dtype=None):
     """A causal LM in eval mode, float32 by default (exact log-probs for the trainer). A folder
     that has a manifest is checked against it first (ManifestError on a changed file)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from mars_core.models.manifest import verify_folder
 
     local = Path(path).is_dir()
     if local:  # a folder with a manifest (registry downloads, ...) loads only as written
         verify_folder(Path(path))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype or torch.float32, local_files_only=local)
+    with LOADING:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype or torch.float32, local_files_only=local)
     return model.eval()
 
 
 def load_tokenizer(path: Path | str):
     """The tokenizer with left padding (batched generation) and a pad token (eos if none)."""
-    from transformers import AutoTokenizer
+    with LOADING:
+        from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=Path(path).is_dir())
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=Path(path).is_dir())
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

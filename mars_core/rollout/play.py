@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
@@ -223,21 +224,31 @@ class RolloutStats:
         return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
 
 
+class PlayStopped(RuntimeError):
+    """Play ended before its games did, as its caller asked (`play_episodes(stop=...)`)."""
+
+
 def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] | None,
                   prompts: PromptBuilder | None, sampling: SamplingParams, *,
                   record_bot_prompts: bool = False, progress: bool = True,
                   stats: RolloutStats | None = None,
-                  per_game: dict[str, SamplingParams] | None = None) -> list[Episode]:
+                  per_game: dict[str, SamplingParams] | None = None,
+                  stop: Callable[[], bool] | None = None) -> list[Episode]:
     """Play every spec to the end, concurrently; returns the episodes in spec order.
     `engine` serves every model seat, or is a dict agent name -> engine (the policy and frozen
     opponents: one batched call per model and sampling setting). `per_game` replaces
-    `sampling` for the games it names."""
+    `sampling` for the games it names. `stop()`, asked before each round of engine calls,
+    ends the play with PlayStopped (games played in a thread whose flow is failing)."""
     engines = engine if isinstance(engine, dict) else None
     live = [_start(s) for s in specs]
     done: dict[int, Episode] = {}
     stats = stats if stats is not None else RolloutStats()
     bar = tqdm(total=len(specs), desc="rollout", unit="game", disable=not progress, leave=False)
     while len(done) < len(live):
+        if stop is not None and stop():
+            bar.close()
+            raise PlayStopped(f"play stopped with {len(live) - len(done)} of {len(live)} games "
+                              "unfinished")
         pending = []
         for i, g in enumerate(live):
             if i in done:

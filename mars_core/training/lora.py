@@ -28,7 +28,10 @@ def attach(model, cfg, adapter: Path | None = None):
 
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecates
+    from mars_core.models.weights import LOADING
+
+    with warnings.catch_warnings(), LOADING:  # peft 0.21 reads a property transformers 5
+        # deprecates; the lock: peft builds adapter layers as transformers loads (meta device)
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
         if adapter is not None:
             return PeftModel.from_pretrained(model, str(adapter), is_trainable=True)

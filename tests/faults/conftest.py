@@ -56,3 +56,16 @@ def reference_run(tmp_path_factory, tiny_model_dir, prefect_api) -> Path:
     done = train(train_args(runs, "ref", tiny_model_dir), run_env(prefect_api))
     assert done.returncode == 0, done.stderr[-3000:]
     return runs / "ref"
+
+
+OVERLAP = ("--set", "rollout.overlap=true")
+
+
+@pytest.fixture(scope="session")
+def overlap_reference_run(tmp_path_factory, tiny_model_dir, prefect_api) -> Path:
+    """One uninterrupted run with `rollout.overlap` (iteration 1's games played while
+    iteration 0 trains), for the kill points of that path (runs/ref-overlap)."""
+    runs = tmp_path_factory.mktemp("faults-ref-overlap")
+    done = train(train_args(runs, "ref-overlap", tiny_model_dir, *OVERLAP), run_env(prefect_api))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return runs / "ref-overlap"

@@ -19,7 +19,7 @@ from mars_core.run.layout import (COMPUTE_ADVANTAGES, EVALUATE, FINAL, FINAL_MOD
                                   PREPARE_POLICY, SAVE_CHECKPOINT, STRENGTH, TRAIN_STEP,
                                   checkpoint_dir, iter_name)
 from tests.faults.compare_runs import assert_same_run
-from tests.faults.conftest import FULL, run_env, train, train_args
+from tests.faults.conftest import FULL, OVERLAP, run_env, train, train_args
 
 pytestmark = pytest.mark.timeout(7200 if FULL else 1500)
 
@@ -60,6 +60,26 @@ def test_kill_at_every_point_then_resume(tmp_path, tiny_model_dir, prefect_api, 
     again = train(args, run_env(prefect_api))
     assert again.returncode == 0, again.stderr[-2000:]
     assert_same_run(reference_run, runs / "crashy")
+
+
+# with `rollout.overlap`, iteration 1's games are in flight in a thread when iteration 0's
+# update starts and have ended (committed) before its checkpoint: points on the flow's thread
+# (a point inside the games' thread is reached before or after the update's, by chance)
+OVERLAP_POINTS = [f"start:{TRAIN_STEP}:0", f"mid:{TRAIN_STEP}:0", f"end:{SAVE_CHECKPOINT}:0"]
+OVERLAP_SLICE = [f"start:{TRAIN_STEP}:0"]
+
+
+def test_kill_while_games_are_played_ahead_then_resume(tmp_path, tiny_model_dir, prefect_api,
+                                                       overlap_reference_run):
+    runs = tmp_path / "runs"
+    args = train_args(runs, "crashy-overlap", tiny_model_dir, *OVERLAP)
+    for point in OVERLAP_POINTS if FULL else OVERLAP_SLICE:
+        killed = train(args, run_env(prefect_api, MARS_FAULT_KILL=point))
+        assert killed.returncode == -9, (f"kill point {point} was not reached (exit "
+                                         f"{killed.returncode}): {killed.stderr[-2000:]}")
+    done = train(args, run_env(prefect_api))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(overlap_reference_run, runs / "crashy-overlap")
 
 
 @pytest.mark.skipif(not FULL, reason="make test-faults")

@@ -171,3 +171,17 @@ def test_config_validation_loads_no_game_engine():
             "'mars_core.evaluation.game_eval', 'mars_core.rollout.samplers', 'mars_core.rollout.play'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_play_stops_between_rounds_when_asked(tokenizer):
+    """`stop()` (the training flow failing while games are played ahead) ends play at its next
+    round of engine calls; asked after the first round here."""
+    from mars_core.rollout.play import PlayStopped
+
+    rounds = []
+    specs = [EpisodeSpec(f"e{i}", "tic_tac_toe", i, ("policy", "policy")) for i in range(3)]
+    with pytest.raises(PlayStopped, match="3 of 3 games unfinished"):
+        play_episodes(specs, ScriptedEngine(tokenizer, random_reply(1)),
+                      PromptBuilder(tokenizer, "answer", keep_history=False), PARAMS,
+                      progress=False, stop=lambda: rounds.append(1) or len(rounds) > 1)
+    assert len(rounds) == 2

@@ -39,7 +39,7 @@ from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_d
 from tasks.postprocess import assign_rewards, build_players, filter_steps
 from tasks.replay import write_iteration_replays
 from tasks.rollout import STOP_PLAY, generate_rollouts
-from tasks.shards import share_config, unshare_config
+from tasks.shards import connect, share_config, unshare_config
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
 from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
 
@@ -109,6 +109,8 @@ def _iterations(run_dir: str, cfg) -> dict:
     progress = Progress(f"{name}-iterations", 0, n, f"iterations of {name}")
     ahead: dict[int, Future] = {}  # an iteration's games, started while the one before trains
     STOP_PLAY.clear()
+    if cfg.rollout.overlap and cfg.cluster.ray.address is not None:
+        connect(cfg.cluster)  # from this thread: the games played ahead use its connection
     try:
         for k in range(n):
             last = _iteration(run_dir, k, bool(every and ((k + 1) % every == 0 or k + 1 == n)),

@@ -118,3 +118,22 @@ def test_sharded_reasoning_benchmarks_equal_one_process(tmp_path, tiny_model_dir
     two_rows, two = evaluate("two", "--shards", "3", "--ray-address", ray_cluster)
     assert len(one) == 8 and one == two  # 2 systems x 2 benchmarks x 2 questions
     assert one_rows == two_rows
+
+
+def test_overlapped_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_dir, prefect_api,
+                                                            ray_cluster):
+    """`rollout.overlap` on the cluster: iteration 1's shards are played from the flow's
+    second thread while iteration 0 trains; games and weights equal the one-process run."""
+    overlap = ("--set", "rollout.overlap=true", "--set", "run.iterations=2",
+               "--set", "evaluation.every=0")
+    one = _train(tmp_path / "runs", "one", tiny_model_dir, prefect_api, *overlap)
+    two = _train(tmp_path / "runs", "two", tiny_model_dir, prefect_api, *overlap,
+                 "--set", "cluster.shards=2", "--set", f"cluster.ray.address={ray_cluster}")
+    for k in (0, 1):
+        a, b = (pl.read_parquet(stage_dir(r, k, GENERATE_ROLLOUTS) / EPISODES_FILE)
+                for r in (one, two))
+        assert len(a) > 0 and a.equals(b), k
+    metrics = json.loads((stage_dir(two, 1, GENERATE_ROLLOUTS) / METRICS_FILE).read_text())
+    assert metrics["rollout/shards"] == 2
+    for f in checkpoint_dir(one, 1).glob("*.safetensors"):
+        assert f.read_bytes() == (checkpoint_dir(two, 1) / f.name).read_bytes()

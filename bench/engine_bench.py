@@ -125,11 +125,8 @@ def build(name: str, cfg, path: str):
     kwargs = {"batch_size": cfg.rollout.engine_batch_size, "share_prefix": cfg.model.share_prefix}
     if name in ("hf-fp32", "hf-bf16"):
         return HFEngine.from_path(path, autocast_bf16=name == "hf-bf16", **kwargs)
-    if name == "hf-int8":
-        engine = HFEngine.from_path(path, **kwargs)
-        engine.model = torch.ao.quantization.quantize_dynamic(engine.model, {torch.nn.Linear},
-                                                              dtype=torch.qint8)
-        return engine
+    if name == "hf-int8":  # the engine of `rollout.int8`
+        return HFEngine.from_path(path, int8=True, **kwargs)
     python = Path(cfg.engine.vllm.launch.python)
     if not python.exists():
         return f"no vLLM environment at {python} (make vllm-env)"

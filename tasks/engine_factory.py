@@ -30,12 +30,15 @@ def sampling(cfg: Config, seed: int, temperature: float | None = None) -> Sampli
     return cfg.rollout.sampling(seed, temperature)
 
 
-def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None):
+def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None,
+                int8: bool = False):
     """The engine that samples from the model at `path`: in process (`hf`), or the run's vLLM
-    server made to serve `path` (`vllm`; reloaded in place when it holds other weights)."""
+    server made to serve `path` (`vllm`; reloaded in place when it holds other weights);
+    `int8`: the in-process engine on dynamic int8 layers (the training games of
+    `rollout.int8`)."""
     from mars_core.engines.build import build_engine
 
     return build_engine(path, backend=backend or cfg.engine.backend,
                         vllm=lambda p: vllm_engine(cfg, p, log_dir),
                         batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg, "play"),
-                        share_prefix=cfg.model.share_prefix)
+                        share_prefix=cfg.model.share_prefix, int8=int8)

@@ -52,7 +52,7 @@ def _engines(cfg, run_dir: str, k: int, specs: list[EpisodeSpec]):
     process: a vLLM server holds the policy's weights only)."""
     lag = cfg.rollout.policy_lag
     policy = make_engine(cfg, policy_at(run_dir, k, reader=GENERATE_ROLLOUTS, lag=lag),
-                         log_dir=Path(run_dir))
+                         log_dir=Path(run_dir), int8=cfg.rollout.int8)
     frozen = sorted({a for s in specs for a in s.agents if is_frozen(a)})
     if not frozen:
         return policy, policy
@@ -147,6 +147,7 @@ def generate_rollouts(run_dir: str, k: int) -> dict:
         metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
         if getattr(engine, "autocast_bf16", None) is not None:  # in process: which precision played
             metrics["rollout/bf16"] = float(engine.autocast_bf16)
+            metrics["rollout/int8"] = float(cfg.rollout.int8)
         if engine is not None and "reloads" in engine.stats:  # vLLM: requests in flight, reloads
             metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
             metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])

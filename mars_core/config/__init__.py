@@ -138,9 +138,14 @@ class Config(_Section):
             raise ValueError(f"evaluation.held_out: {', '.join(trained)} is also a training game "
                              "(rollout.games); a held-out game is one never trained on")
         a, b = self.algorithm, self.batching
-        if self.rollout.overlap and a.is_cap is None:
-            raise ValueError("rollout.overlap plays each iteration one update behind: it needs "
-                             "the importance correction (set algorithm.is_cap, e.g. 2.0)")
+        for knob, why in (("overlap", "plays each iteration one update behind"),
+                          ("int8", "samples with other weights than the update's")):
+            if getattr(self.rollout, knob) and a.is_cap is None:
+                raise ValueError(f"rollout.{knob} {why}: it needs the importance correction "
+                                 "(set algorithm.is_cap, e.g. 2.0)")
+        if self.rollout.int8 and self.engine.backend != "hf":
+            raise ValueError("rollout.int8 is the in-process engine's (engine.backend: hf); "
+                             "vLLM quantizes with its own options")
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
                              "set batching.unit: trajectory (or use estimator rloo_env)")

@@ -94,6 +94,11 @@ class RolloutConfig(PlayConfig):
     # corrects the lag. It pays on a cluster (cluster.ray.address: the games run on other
     # nodes); in one process the two share the cores
     overlap: bool = False
+    # the training games sampled by an int8 copy of the policy (torch's dynamic int8 linear
+    # layers, in process, CPU only), rebuilt from each iteration's checkpoint; its log-probs
+    # feed the update's importance weight (algorithm.is_cap), which corrects the difference.
+    # Evaluations always play the exact policy
+    int8: bool = False
 
     @property
     def policy_lag(self) -> int:

@@ -17,10 +17,11 @@ from typing import Callable
 
 def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool = True,
                  backend: str = "hf", vllm: Callable[[str], object] | None = None,
-                 chat: bool = False, api_key: str | None = None):
+                 chat: bool = False, api_key: str | None = None, int8: bool = False):
     """The engine that samples from `model` (see the module docstring). `batch_size` is the
     in-process engine's batch (an endpoint gets 8 times as many concurrent requests), `bf16`
-    whether it samples under bf16 autocast, `api_key` the bearer key an endpoint gets."""
+    whether it samples under bf16 autocast, `api_key` the bearer key an endpoint gets, `int8`
+    whether the in-process engine runs dynamic int8 linear layers (`rollout.int8`)."""
     if chat:
         from mars_core.engines.chat import HFChatEngine, OpenAIChatEngine, is_endpoint
 
@@ -30,6 +31,9 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
                                     max_concurrency=max(batch_size * 8, 1))
         return HFChatEngine(build_engine(model, batch_size=batch_size, bf16=bf16))
     if backend == "vllm":
+        if int8:
+            raise ValueError("rollout.int8 is the in-process engine's (engine.backend: hf); "
+                             "vLLM quantizes with its own options")
         if vllm is None:
             raise ValueError("backend 'vllm' needs the run's vLLM client (vllm=...)")
         engine = vllm(model)
@@ -38,4 +42,4 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
     from mars_core.engines.hf import HFEngine
 
     return HFEngine.from_path(model, batch_size=batch_size, autocast_bf16=bf16,
-                              share_prefix=share_prefix)
+                              share_prefix=share_prefix, int8=int8)

@@ -34,6 +34,17 @@ from mars_core.types import Completion, SamplingParams
 from mars_core.vocab import FinishReason
 
 
+def quantize_int8(model):
+    """`model` with each `torch.nn.Linear` replaced by torch's dynamic int8 linear layer."""
+    import warnings
+
+    with warnings.catch_warnings():  # torch 2.13 announces its removal (torchao's successor)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantiz.* are deprecated")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear},
+                                                      dtype=torch.qint8)
+
+
 class HFEngine:
     """Batched sampler over a Hugging Face causal LM (see the module docstring)."""
 
@@ -55,13 +66,21 @@ class HFEngine:
     @classmethod
     def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
                   autocast_bf16: bool = False, device: str | None = None,
-                  share_prefix: bool = True) -> "HFEngine":
+                  share_prefix: bool = True, int8: bool = False) -> "HFEngine":
         """Load model and tokenizer from a folder or hub id (see `mars_core.models.weights`), onto
-        `device` (default: the GPU where there is one)."""
+        `device` (default: the GPU where there is one). `int8`: every linear layer as torch's
+        dynamic int8 one (weights int8, activations quantized per call: AVX512-VNNI dot
+        products where the CPU has them), a CPU-only sampler whose log-probs differ from the
+        exact policy's (`rollout.int8`: the update's importance weight corrects that)."""
         from mars_core.models.weights import load_model, load_tokenizer
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = load_model(path, dtype=dtype).to(device)
+        if int8:
+            if device != "cpu":
+                raise ValueError(f"int8 sampling (rollout.int8) runs on the CPU, not {device}")
+            model = quantize_int8(model)
+            autocast_bf16 = False  # the int8 layers compute in their own precision
         return cls(model, load_tokenizer(path), batch_size, autocast_bf16, share_prefix)
 
     def tokens_per_second(self) -> float:

@@ -20,7 +20,7 @@ from mars_core.run.commit import is_done, read_json, write_json
 from mars_core.evaluation.game_eval import (paired_markdown, paired_rows, suite_records,
                                            suite_specs)
 from mars_core.vocab import POLICY
-from tasks.engine_factory import make_engine, prompt_builder, sampling
+from tasks.engine_factory import make_engine, prompt_builder, sampling, use_bf16
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 from tasks.game_shards import play_shard, sharded_episodes
@@ -59,6 +59,8 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / RESULTS_FILE, records)
+        if cfg.engine.backend == "hf":  # which precision played (the exact policy, never int8)
+            metrics["evaluate/bf16"] = float(use_bf16(cfg, "play"))
         return metrics | {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}":
                           r[key] for r in records for key in _KEYS}
 

@@ -8,7 +8,7 @@ import pytest
 import mars_core.engines.hf as hf
 from mars_core.config import load_config
 from mars_core.run.commit import read_json
-from mars_core.run.layout import GENERATE_ROLLOUTS, METRICS_FILE, stage_dir
+from mars_core.run.layout import EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE, stage_dir
 from tests.flows.test_overlap import SMOKE, _gap, _sets, _train
 
 
@@ -23,6 +23,8 @@ def test_int8_samples_the_training_games_only(tmp_path, prefect_api, tiny_model_
     assert len(quantized) == 3  # one int8 copy per iteration's games, none for evaluations
     run = runs / "q"
     assert read_json(stage_dir(run, 0, GENERATE_ROLLOUTS) / METRICS_FILE)["rollout/int8"] == 1.0
+    # the evaluation says which precision played (fp32 here: the suite sets MARS_BF16_AUTO=off)
+    assert read_json(stage_dir(run, 0, EVALUATE) / METRICS_FILE)["evaluate/bf16"] == 0.0
     assert _train(runs, "f", sets) == 0  # the exact policy plays: no gap
     assert _gap(runs / "f", 0) < 1e-4 < _gap(run, 0)
 

@@ -18,9 +18,10 @@ def test_int8_samples_the_training_games_only(tmp_path, prefect_api, tiny_model_
     quantize = hf.quantize_int8
     monkeypatch.setattr(hf, "quantize_int8", lambda m: quantized.append(1) or quantize(m))
     runs = tmp_path / "runs"
-    sets = [*_sets(tiny_model_dir), "evaluation.every=1", "evaluation.games_per_seat=1"]
+    sets = [*_sets(tiny_model_dir), "run.iterations=2", "evaluation.every=1",
+            "evaluation.games_per_seat=1"]
     assert _train(runs, "q", [*sets, "rollout.int8=true"]) == 0
-    assert len(quantized) == 3  # one int8 copy per iteration's games, none for evaluations
+    assert len(quantized) == 2  # one int8 copy per iteration's games, none for evaluations
     run = runs / "q"
     assert read_json(stage_dir(run, 0, GENERATE_ROLLOUTS) / METRICS_FILE)["rollout/int8"] == 1.0
     # the evaluation says which precision played (fp32 here: the suite sets MARS_BF16_AUTO=off)

@@ -146,8 +146,9 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
               **benchmark_sampling(max_new_tokens), "seed": seed}
     write_results(out_path, config, reports, table)
     table_md = out_path.with_name(out_path.stem + "_table.md")
-    text = markdown(table)
-    files = [out_path, table_md]
+    table_text = markdown(table)
+    table_md.write_text(table_text)
+    text, files = table_text, [out_path, table_md]
     if baseline:  # the same questions in both: the difference paired by question, per cell
         paired = paired_cells(read_records(records / "model"), read_records(records / "baseline"))
         paired_md = out_path.with_name(out_path.stem + "_paired.md")
@@ -155,7 +156,6 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         paired_md.write_text(paired_text)
         text += "\n" + paired_text
         files.append(paired_md)
-    table_md.write_text(markdown(table))
     print("\n" + text)
     run_id = None
     if tracking_uri:

@@ -30,10 +30,7 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
             return OpenAIChatEngine(url, name or None, api_key=api_key,
                                     max_concurrency=max(batch_size * 8, 1))
         return HFChatEngine(build_engine(model, batch_size=batch_size, bf16=bf16))
-    if backend == "vllm":
-        if int8:
-            raise ValueError("rollout.int8 is the in-process engine's (engine.backend: hf); "
-                             "vLLM quantizes with its own options")
+    if backend == "vllm":  # (`int8` with vLLM is refused by the config)
         if vllm is None:
             raise ValueError("backend 'vllm' needs the run's vLLM client (vllm=...)")
         engine = vllm(model)

@@ -125,10 +125,12 @@ test-vllm: setup vllm-env
 	MARS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider tests/vllm
 
 comma := ,
+# The benches that print figures (docs/performance.md). ENGINE_MODEL=<a warmed-up policy folder>
+# (a run's init/prepare_policy/model) for engine figures of games played to their end.
 bench: setup
 	$(PY) bench/iteration_bench.py
 	$(PY) bench/rollout_bench.py
-	$(PY) bench/engine_bench.py --engines hf-fp32,hf-bf16,hf-int8$(if $(wildcard .venv-vllm/bin/python),$(comma)vllm)
+	$(PY) bench/engine_bench.py --model $(or $(ENGINE_MODEL),embedded) --engines hf-fp32,hf-bf16,hf-int8$(if $(wildcard .venv-vllm/bin/python),$(comma)vllm)
 	$(PY) bench/opponents_bench.py
 	$(PY) bench/textarena_bench.py
 	$(PY) bench/algorithms_bench.py

@@ -11,17 +11,22 @@ asserts nothing.
 2. Each engine then answers exactly those calls, in the same order and batches: prompt and
    generated tokens/s, the games/s that makes (engine time only: the games' own logic left
    out), and the fraction of this CPU's measured matmul peak the engine reached.
-3. Where a game's tokens go: per policy turn, the prompt's tokens shared by every prompt of its
-   call (the seat's rules: computed once per call with `model.share_prefix`), its own tokens
-   (board, legal actions, instructions) and the generated ones.
+3. Where a game's tokens go: per policy turn, the prompt's tokens, and those the in-process
+   engine computes: each batch's shared prefixes (a seat's rules) once, then each prompt's own
+   tokens (board, legal actions, instructions), then the generated ones.
 
 FLOPs per token are counted as 2 x the non-embedding parameters (the matmuls), plus the
 attention's 4 x layers x width x context, plus the output head (2 x vocabulary x width) for the
-generated tokens only: the tokens computed are the shared prefix once per call, every prompt's
-own tokens and every generated token. The peak is a model-shaped matmul (tokens x width times
-width x MLP width) timed here in fp32 and in bf16; each engine is set against the peak of the
-precision it ran. `hf-int8` is the in-process engine on torch's dynamic int8 linear layers;
-`vllm` is the vLLM CPU server (`make vllm-env`), skipped with the reason when it cannot start.
+generated tokens only, over the tokens the in-process engine computes (as `HFEngine` batches
+and shares prefixes, `prompt_tokens`) and every generated token. The peak is a model-shaped
+matmul (tokens x width times width x MLP width, the best of a decode-sized and a prefill-sized
+token count) timed here in fp32 and in bf16; each engine is set against the peak of the
+precision it ran. `hf-int8` is the in-process engine on torch's dynamic int8 linear layers,
+set against the fp32 peak (above 100%: int8 arithmetic is cheaper than fp32's). `vllm` is the
+vLLM CPU server (`make vllm-env`; bf16, one worker thread: vLLM's CPU build keeps a core for its
+scheduler), skipped with the reason when it cannot start; it caches prefixes across calls, so
+it computes fewer prompt tokens than counted here, and its GFLOP/s is what the same work would
+cost the in-process engine.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import torch  # noqa: E402
 
 from mars_core.config import load_config  # noqa: E402
 from mars_core.models.precision import cpu_description  # noqa: E402
+from mars_core.models.prefix import plan_prefixes  # noqa: E402
 from mars_core.models.weights import resolve_model  # noqa: E402
 from mars_core.rollout.play import EpisodeSpec, play_episodes  # noqa: E402
 from tasks.engine_factory import prompt_builder, sampling  # noqa: E402
@@ -71,15 +77,20 @@ def specs_for(game: str, cfg, n: int) -> list[EpisodeSpec]:
                         ("policy", bot) if i % 2 == 0 else (bot, "policy")) for i in range(n)]
 
 
-def shared_prefix(prompts: list[list[int]]) -> int:
-    """Tokens every prompt of a call starts with (computed once per call with share_prefix)."""
-    if len(prompts) < 2:
-        return 0
-    first, n = prompts[0], min(len(p) for p in prompts)
-    for j in range(n):
-        if any(p[j] != first[j] for p in prompts[1:]):
-            return j
-    return n
+def prompt_tokens(prompts: list[list[int]], batch_size: int) -> tuple[int, int]:
+    """(prompt tokens the in-process engine computes for one call, of which in prefix passes):
+    as `HFEngine.generate` does, the prompts sorted, cut into batches of `batch_size`, and in
+    each batch every shared prefix `plan_prefixes` finds run once (a call mixing the two seats
+    of Kuhn Poker has one rules prefix per seat)."""
+    order = sorted(prompts, key=tuple)
+    computed = in_prefixes = 0
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        lengths = plan_prefixes(batch)
+        prefixes = {tuple(q[:k]) for q, k in zip(batch, lengths) if k}
+        computed += sum(len(q) - k for q, k in zip(batch, lengths)) + sum(map(len, prefixes))
+        in_prefixes += sum(map(len, prefixes))
+    return computed, in_prefixes
 
 
 def model_shape(model) -> dict:
@@ -90,13 +101,13 @@ def model_shape(model) -> dict:
             "mlp": getattr(c, "intermediate_size", 4 * c.hidden_size), "vocab": c.vocab_size}
 
 
-def flops(calls, outputs, shape) -> float:
-    """The FLOPs of answering `calls` with `outputs` (generated token counts per prompt)."""
+def flops(calls, outputs, shape, batch_size: int) -> float:
+    """The FLOPs of answering `calls` with `outputs` (generated token counts per prompt), the
+    prompts computed as the in-process engine does (`prompt_tokens`)."""
     p, lay, w, v = shape["params"], shape["layers"], shape["width"], shape["vocab"]
     total = 0.0
     for (prompts, _), gens in zip(calls, outputs):
-        shared = shared_prefix(prompts)
-        computed = shared + sum(len(q) - shared for q in prompts)
+        computed, _ = prompt_tokens(prompts, batch_size)
         ctx_sum = sum(len(q) * (len(q) + 1) / 2 for q in prompts)  # attention over the prompt
         total += 2 * p * computed + 4 * lay * w * ctx_sum
         for q, g in zip(prompts, gens):
@@ -104,18 +115,25 @@ def flops(calls, outputs, shape) -> float:
     return total
 
 
+PEAK_ROWS = (256, 2048)  # a decode-sized and a prefill-sized batch of tokens
+
+
 def matmul_peak(shape, bf16: bool, seconds: float = 1.0) -> float:
-    """FLOP/s of a model-shaped matmul (256 tokens x width @ width x MLP width) on this CPU."""
+    """FLOP/s of a model-shaped matmul (tokens x width @ width x MLP width) on this CPU: the
+    best of PEAK_ROWS token counts."""
     dtype = torch.bfloat16 if bf16 else torch.float32
-    a = torch.randn(256, shape["width"], dtype=dtype)
-    b = torch.randn(shape["width"], shape["mlp"], dtype=dtype)
-    for _ in range(5):
-        a @ b
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        n += 1
-    return n * 2 * 256 * shape["width"] * shape["mlp"] / (time.perf_counter() - start)
+    best = 0.0
+    for rows in PEAK_ROWS:
+        a = torch.randn(rows, shape["width"], dtype=dtype)
+        b = torch.randn(shape["width"], shape["mlp"], dtype=dtype)
+        for _ in range(5):
+            a @ b
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            n += 1
+        best = max(best, n * 2 * rows * shape["width"] * shape["mlp"] / (time.perf_counter() - start))
+    return best
 
 
 def build(name: str, cfg, path: str):
@@ -153,16 +171,23 @@ def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict) -
                              per_game=cfg.rollout.per_game_sampling(1234))
     calls = recorder.calls
     prompts = [q for ps, _ in calls for q in ps]
-    shared = sum(shared_prefix(ps) for ps, _ in calls)
+    batch = cfg.rollout.engine_batch_size
+    computed = [prompt_tokens(ps, batch) for ps, _ in calls]
     turns = len(prompts)
     print(f"\n{game}: {n} games ({RECIPES[game]}), {turns} policy turns in {len(calls)} engine "
           f"calls, {sum(len(e.turns) for e in episodes) / n:.1f} turns a game")
+    ended = sum(e.error_player >= 0 for e in episodes)
+    if ended:
+        print(f"  {ended} of {n} games ended by an invalid reply" + (
+            ": the policy answers out of format (as the embedded model does before its warm-up), "
+            "so these are not the recipe's games; pass --model a warmed-up policy (a run's "
+            "init/prepare_policy/model)" if ended > n / 2 else ""))
     in_prompts = sum(len(q) for q in prompts)
-    per_call_shared = sum(shared_prefix(ps) * len(ps) for ps, _ in calls)
-    print(f"  tokens per policy turn: prompt {in_prompts / turns:.0f} (shared within its call "
-          f"{per_call_shared / turns:.0f}, its own {(in_prompts - per_call_shared) / turns:.0f}); "
-          f"prompt tokens computed with the shared prefix once per call: "
-          f"{(shared + in_prompts - per_call_shared) / turns:.0f}")
+    in_prefixes = sum(x for _, x in computed)
+    print(f"  tokens per policy turn: prompt {in_prompts / turns:.0f}; computed by the in-process "
+          f"engine {sum(c for c, _ in computed) / turns:.0f} (shared prefixes run once a batch: "
+          f"{in_prefixes / turns:.0f}; each prompt's own tokens: "
+          f"{(sum(c for c, _ in computed) - in_prefixes) / turns:.0f})")
     print(f"  {'engine':8s} {'wall s':>7s} {'games/s':>8s} {'prompt tok/s':>13s} "
           f"{'gen tok/s':>10s} {'gen/turn':>9s} {'GFLOP/game':>11s} {'GFLOP/s':>8s} {'of peak':>8s}")
     for name in engines:
@@ -172,7 +197,7 @@ def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict) -
             continue
         wall, outputs = replay(engine, calls)
         gen = sum(sum(o) for o in outputs)
-        f = flops(calls, outputs, shape)
+        f = flops(calls, outputs, shape, batch)
         peak = peaks["bf16" if name in ("hf-bf16",) else "fp32"]
         print(f"  {name:8s} {wall:7.1f} {n / wall:8.2f} {in_prompts / wall:13.0f} {gen / wall:10.1f} "
               f"{gen / turns:9.1f} {f / n / 1e9:11.1f} {f / wall / 1e9:8.1f} {f / wall / peak:8.0%}")
@@ -196,7 +221,8 @@ def main() -> None:
 
     shape = model_shape(load_model(str(resolve_model(args.model))))
     peaks = {"fp32": matmul_peak(shape, False), "bf16": matmul_peak(shape, True)}
-    print(f"matmul peak (256 x {shape['width']} @ {shape['width']} x {shape['mlp']}): "
+    print(f"matmul peak (best of {' and '.join(map(str, PEAK_ROWS))} tokens x {shape['width']} @ "
+          f"{shape['width']} x {shape['mlp']}): "
           f"fp32 {peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s "
           "(int8 and vLLM are set against fp32)")
     try:

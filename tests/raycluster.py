@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mars_core.run.procgroup import free_port, start_group, stop_group
-from tests.conftest import REPO
+
+REPO = Path(__file__).resolve().parents[1]  # not from tests.conftest: bench/ imports this too
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -42,11 +43,13 @@ def network_address() -> str | None:
 
 
 @contextmanager
-def two_node_cluster(node_ip: str = "127.0.0.1", nodes: int = 2, token: str | None = None):
+def two_node_cluster(node_ip: str = "127.0.0.1", nodes: int = 2, token: str | None = None,
+                     cpus: tuple[int, ...] | None = None, pins: tuple[str, ...] | None = None):
     """`ray start --head` plus `ray start --address=...` (one CPU each, `nodes` in all, all at
     `node_ip`; with Ray's token authentication when `token` is given), each under our
     process-group keeper, so stopping them stops only their own processes; yields the head's
-    address."""
+    address. `cpus`: the CPUs each node offers Ray (head first); `pins`: the cores each node's
+    processes, its workers included, run on (`taskset -c`), as if the nodes were machines."""
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths
     port = free_port(node_ip)
     address = f"{node_ip}:{port}"
@@ -57,11 +60,17 @@ def two_node_cluster(node_ip: str = "127.0.0.1", nodes: int = 2, token: str | No
         "RAY_AUTH_MODE": "disabled"}
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **auth}
     client = {**os.environ, **auth} if token else dict(os.environ)
-    common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
+    common = ["--block", "--disable-usage-stats"]
+    cpus = cpus or (1,) * nodes
+
+    def node(i: int, *args: str) -> list[str]:
+        pin = ["taskset", "-c", pins[i]] if pins else []
+        return [*pin, RAY, "start", *args, f"--num-cpus={cpus[i]}", *common]
+
     log_path = Path(temp) / "nodes.log"
     log = open(log_path, "w")
-    head = start_group([RAY, "start", "--head", f"--port={port}", f"--temp-dir={temp}",
-                        "--include-dashboard=false", f"--node-ip-address={node_ip}", *common],
+    head = start_group(node(0, "--head", f"--port={port}", f"--temp-dir={temp}",
+                            "--include-dashboard=false", f"--node-ip-address={node_ip}"),
                        Path(temp) / "head.pid", env=env, stdout=log)
     groups = [(head, Path(temp) / "head.pid")]
     try:
@@ -70,8 +79,7 @@ def two_node_cluster(node_ip: str = "127.0.0.1", nodes: int = 2, token: str | No
             assert head.poll() is None and time.time() < end, log_path.read_text()
             time.sleep(1)
         for i in range(1, nodes):
-            worker = start_group([RAY, "start", f"--address={address}",
-                                  f"--node-ip-address={node_ip}", *common],
+            worker = start_group(node(i, f"--address={address}", f"--node-ip-address={node_ip}"),
                                  Path(temp) / f"worker{i}.pid", env=env, stdout=log)
             groups.append((worker, Path(temp) / f"worker{i}.pid"))
             while _nodes(address, client) < i + 1:

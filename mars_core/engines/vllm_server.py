@@ -87,7 +87,21 @@ def launch_command(python: str, model: str, *, port: int, host: str = "127.0.0.1
         cmd.append("--enforce-eager")
     if tls is not None:
         cmd += ["--ssl-keyfile", str(tls.keyfile), "--ssl-certfile", str(tls.certfile)]
+    if not any("chunked-prefill" in a for a in extra_args) and not _cuda():
+        # vLLM 0.32.0's CPU build kills its engine when a seeded request's prefill is split
+        # over two steps ("CPU Generator does not use offset": it rewinds the request's
+        # generator, which CPU generators cannot): every request of ours is seeded, so any
+        # call of more than 2,048 prompt tokens (two dozen game turns) would. Whole prefills
+        # only, on a CPU.
+        cmd.append("--no-enable-chunked-prefill")
     return cmd + list(extra_args)
+
+
+def _cuda() -> bool:
+    """Whether this machine, where the server starts, has a CUDA GPU."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class VLLMServer:

@@ -369,3 +369,15 @@ def test_a_server_error_from_a_dying_server_goes_to_another(healthy):
         assert pool.live == [1] and pool.stats["left"] == 1 and sick.requests >= 1
     finally:
         sick.httpd.shutdown(), well.httpd.shutdown()
+
+
+def test_a_cpu_server_prefills_whole_prompts():
+    """vLLM's CPU build dies when a seeded request's prefill is split over two steps, and every
+    request of ours is seeded: on a machine without CUDA the launched server prefills whole
+    prompts, unless the preset says otherwise in extra_args."""
+    import torch
+
+    cmd = launch_command(sys.executable, "/m", port=1)
+    assert ("--no-enable-chunked-prefill" in cmd) == (not torch.cuda.is_available())
+    own = launch_command(sys.executable, "/m", port=1, extra_args=("--enable-chunked-prefill",))
+    assert "--no-enable-chunked-prefill" not in own and own[-1] == "--enable-chunked-prefill"

@@ -12,21 +12,22 @@ asserts nothing.
    generated tokens/s, the games/s that makes (engine time only: the games' own logic left
    out), and the fraction of this CPU's measured matmul peak the engine reached.
 3. Where a game's tokens go: per policy turn, the prompt's tokens, and those the in-process
-   engine computes: each batch's shared prefixes (a seat's rules) once, then each prompt's own
-   tokens (board, legal actions, instructions), then the generated ones.
+   engine computes: the shared prefixes (a seat's rules) once for every call (its prefix cache;
+   `--per-call` adds each in-process engine without it, `<engine>/call`, the prefixes computed
+   again in every call), then each prompt's own tokens (board, legal actions, instructions),
+   then the generated ones.
 
 FLOPs per token are counted as 2 x the non-embedding parameters (the matmuls), plus the
 attention's 4 x layers x width x context, plus the output head (2 x vocabulary x width) for the
-generated tokens only, over the tokens the in-process engine computes (as `HFEngine` batches
-and shares prefixes, `prompt_tokens`) and every generated token. The peak is a model-shaped
+generated tokens only, over the tokens the in-process engine computes (as `HFEngine` batches,
+shares and caches prefixes, `prompt_tokens`) and every generated token. The peak is a model-shaped
 matmul (tokens x width times width x MLP width, the best of a decode-sized and a prefill-sized
 token count) timed here in fp32 and in bf16; each engine is set against the peak of the
 precision it ran. `hf-int8` is the in-process engine on torch's dynamic int8 linear layers,
 set against the fp32 peak (above 100%: int8 arithmetic is cheaper than fp32's). `vllm` is the
 vLLM CPU server (`make vllm-env`; bf16, one worker thread: vLLM's CPU build keeps a core for its
-scheduler), skipped with the reason when it cannot start; it caches prefixes across calls, so
-it computes fewer prompt tokens than counted here, and its GFLOP/s is what the same work would
-cost the in-process engine.
+scheduler), skipped with the reason when it cannot start; it caches prefixes across calls
+too (in blocks of 16 tokens), counted as the in-process engine's.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ import torch  # noqa: E402
 
 from mars_core.config import load_config  # noqa: E402
 from mars_core.models.precision import cpu_description  # noqa: E402
-from mars_core.models.prefix import plan_prefixes  # noqa: E402
+from mars_core.models.prefix import PrefixCache, plan_prefixes  # noqa: E402
 from mars_core.models.weights import resolve_model  # noqa: E402
 from mars_core.rollout.play import EpisodeSpec, play_episodes  # noqa: E402
 from tasks.engine_factory import prompt_builder, sampling  # noqa: E402
@@ -77,17 +78,22 @@ def specs_for(game: str, cfg, n: int) -> list[EpisodeSpec]:
                         ("policy", bot) if i % 2 == 0 else (bot, "policy")) for i in range(n)]
 
 
-def prompt_tokens(prompts: list[list[int]], batch_size: int) -> tuple[int, int]:
+def prompt_tokens(prompts: list[list[int]], batch_size: int,
+                  seen: set | None = None) -> tuple[int, int]:
     """(prompt tokens the in-process engine computes for one call, of which in prefix passes):
     as `HFEngine.generate` does, the prompts sorted, cut into batches of `batch_size`, and in
     each batch every shared prefix `plan_prefixes` finds run once (a call mixing the two seats
-    of Kuhn Poker has one rules prefix per seat)."""
+    of Kuhn Poker has one rules prefix per seat); a prefix already in `seen` (the engine's
+    prefix cache, kept across calls) costs nothing, and the new ones join it."""
     order = sorted(prompts, key=tuple)
     computed = in_prefixes = 0
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
         lengths = plan_prefixes(batch)
         prefixes = {tuple(q[:k]) for q, k in zip(batch, lengths) if k}
+        if seen is not None:
+            prefixes -= seen
+            seen |= prefixes
         computed += sum(len(q) - k for q, k in zip(batch, lengths)) + sum(map(len, prefixes))
         in_prefixes += sum(map(len, prefixes))
     return computed, in_prefixes
@@ -101,13 +107,14 @@ def model_shape(model) -> dict:
             "mlp": getattr(c, "intermediate_size", 4 * c.hidden_size), "vocab": c.vocab_size}
 
 
-def flops(calls, outputs, shape, batch_size: int) -> float:
+def flops(calls, outputs, shape, batch_size: int, cached: bool = True) -> float:
     """The FLOPs of answering `calls` with `outputs` (generated token counts per prompt), the
-    prompts computed as the in-process engine does (`prompt_tokens`)."""
+    prompts computed as the in-process engine does (`prompt_tokens`; `cached`: with its prefix
+    cache across calls)."""
     p, lay, w, v = shape["params"], shape["layers"], shape["width"], shape["vocab"]
-    total = 0.0
+    total, seen = 0.0, (set() if cached else None)
     for (prompts, _), gens in zip(calls, outputs):
-        computed, _ = prompt_tokens(prompts, batch_size)
+        computed, _ = prompt_tokens(prompts, batch_size, seen)
         ctx_sum = sum(len(q) * (len(q) + 1) / 2 for q in prompts)  # attention over the prompt
         total += 2 * p * computed + 4 * lay * w * ctx_sum
         for q, g in zip(prompts, gens):
@@ -160,7 +167,8 @@ def replay(engine, calls) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, outputs
 
 
-def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict) -> None:
+def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict,
+               per_call_too: bool = False) -> None:
     cfg = load_config(RECIPES[game])
     path = str(resolve_model(model))
     reference = build("hf-fp32", cfg, path)
@@ -172,7 +180,9 @@ def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict) -
     calls = recorder.calls
     prompts = [q for ps, _ in calls for q in ps]
     batch = cfg.rollout.engine_batch_size
-    computed = [prompt_tokens(ps, batch) for ps, _ in calls]
+    per_call = [prompt_tokens(ps, batch) for ps, _ in calls]
+    seen: set = set()
+    cached = [prompt_tokens(ps, batch, seen) for ps, _ in calls]
     turns = len(prompts)
     print(f"\n{game}: {n} games ({RECIPES[game]}), {turns} policy turns in {len(calls)} engine "
           f"calls, {sum(len(e.turns) for e in episodes) / n:.1f} turns a game")
@@ -180,27 +190,34 @@ def bench_game(game: str, n: int, engines: list[str], model: str, peaks: dict) -
     if ended:
         print(f"  {ended} of {n} games ended by an invalid reply" + (
             ": the policy answers out of format (as the embedded model does before its warm-up), "
-            "so these are not the recipe's games; pass --model a warmed-up policy (a run's "
-            "init/prepare_policy/model)" if ended > n / 2 else ""))
+            "so these are not the recipe's games; pass --model a warmed-up policy (the model "
+            "folder of a run's format warm-up)" if ended > n / 2 else ""))
     in_prompts = sum(len(q) for q in prompts)
-    in_prefixes = sum(x for _, x in computed)
-    print(f"  tokens per policy turn: prompt {in_prompts / turns:.0f}; computed by the in-process "
-          f"engine {sum(c for c, _ in computed) / turns:.0f} (shared prefixes run once a batch: "
-          f"{in_prefixes / turns:.0f}; each prompt's own tokens: "
-          f"{(sum(c for c, _ in computed) - in_prefixes) / turns:.0f})")
-    print(f"  {'engine':8s} {'wall s':>7s} {'games/s':>8s} {'prompt tok/s':>13s} "
+    for label, counts in (("prefixes cached across calls", cached),
+                          ("prefixes once per call's batch", per_call)):
+        total, shared = sum(c for c, _ in counts), sum(x for _, x in counts)
+        print(f"  tokens per policy turn: prompt {in_prompts / turns:.0f}; computed, {label}: "
+              f"{total / turns:.1f} (shared prefixes {shared / turns:.1f}, each prompt's own "
+              f"tokens {(total - shared) / turns:.1f})")
+    print(f"  {'engine':12s} {'wall s':>7s} {'games/s':>8s} {'prompt tok/s':>13s} "
           f"{'gen tok/s':>10s} {'gen/turn':>9s} {'GFLOP/game':>11s} {'GFLOP/s':>8s} {'of peak':>8s}")
     for name in engines:
         engine = reference if name == "hf-fp32" else build(name, cfg, path)
         if isinstance(engine, str):
-            print(f"  {name:8s} skipped: {engine}")
+            print(f"  {name:12s} skipped: {engine}")
             continue
-        wall, outputs = replay(engine, calls)
-        gen = sum(sum(o) for o in outputs)
-        f = flops(calls, outputs, shape, batch)
-        peak = peaks["bf16" if name in ("hf-bf16",) else "fp32"]
-        print(f"  {name:8s} {wall:7.1f} {n / wall:8.2f} {in_prompts / wall:13.0f} {gen / wall:10.1f} "
-              f"{gen / turns:9.1f} {f / n / 1e9:11.1f} {f / wall / 1e9:8.1f} {f / wall / peak:8.0%}")
+        runs = [(name, True)] + ([(f"{name}/call", False)] if per_call_too and name != "vllm"
+                                 else [])
+        for label, cache in runs:
+            if name != "vllm":  # a cold cache (the reference's is warm from recording), or none
+                engine.prefix_cache = PrefixCache() if cache else None
+            wall, outputs = replay(engine, calls)
+            gen = sum(sum(o) for o in outputs)
+            f = flops(calls, outputs, shape, batch, cached=cache)
+            peak = peaks["bf16" if name in ("hf-bf16",) else "fp32"]
+            print(f"  {label:12s} {wall:7.1f} {n / wall:8.2f} {in_prompts / wall:13.0f} "
+                  f"{gen / wall:10.1f} {gen / turns:9.1f} {f / n / 1e9:11.1f} "
+                  f"{f / wall / 1e9:8.1f} {f / wall / peak:8.0%}")
 
 
 def main() -> None:
@@ -210,6 +227,9 @@ def main() -> None:
     p.add_argument("--n", type=int, default=32, help="games per game (default 32)")
     p.add_argument("--engines", default="hf-fp32,hf-bf16,hf-int8,vllm")
     p.add_argument("--model", default="embedded")
+    p.add_argument("--per-call", action="store_true",
+                   help="also each in-process engine without its prefix cache (`<engine>/call`: "
+                        "each call's shared prefixes computed again)")
     args = p.parse_args()
     games = [g for g in args.games.split(",") if g]
     engines = [e for e in args.engines.split(",") if e]
@@ -227,7 +247,7 @@ def main() -> None:
           "(int8 and vLLM are set against fp32)")
     try:
         for game in games:
-            bench_game(game, args.n, engines, args.model, peaks)
+            bench_game(game, args.n, engines, args.model, peaks, args.per_call)
     finally:
         if "vllm" in engines:
             from tasks.vllm_launch import shutdown_engines

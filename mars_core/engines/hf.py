@@ -19,7 +19,9 @@ its index only, not on batch size or the other prompts; identical prompts at dif
 Shared prefixes: prompts are batched in sorted order, so prompts that start alike (a game's
 rules text) land in one batch, and the prefill runs each shared prefix once
 (`mars_core.models.prefix.batch_forward`, `share_prefix`); the decode loop then continues on the
-gathered cache as on any other.
+gathered cache as on any other. The prefixes' keys and values are kept from call to call
+(`PrefixCache`, while the weights stay the same): a seat's rules are computed once per engine,
+not once per call, each alone, so they never depend on the prompts around them.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from contextlib import nullcontext
 import torch
 
 from mars_core.engines.base import prompt_seed
-from mars_core.models.prefix import batch_forward
+from mars_core.models.prefix import PrefixCache, batch_forward
 from mars_core.types import Completion, SamplingParams
 from mars_core.vocab import FinishReason
 
@@ -55,6 +57,7 @@ class HFEngine:
         self.batch_size = max(1, int(batch_size))
         self.autocast_bf16 = autocast_bf16
         self.share_prefix = share_prefix
+        self.prefix_cache = PrefixCache()  # a seat's rules, computed once for every call
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
@@ -125,7 +128,8 @@ class HFEngine:
         active = list(range(len(prompts)))  # rows of `seqs` still in the batch, in cache order
         with torch.inference_mode(), self._autocast():
             first = batch_forward(self.model, prompts, self.pad_id, logits_to_keep=1,
-                                  use_cache=True, share_prefix=self.share_prefix)
+                                  use_cache=True, share_prefix=self.share_prefix,
+                                  prefix_cache=self.prefix_cache)
             logits, cache = first.logits[:, -1, :].float().cpu(), first.cache
             mask, positions = first.mask, first.positions[:, -1:]
             while True:

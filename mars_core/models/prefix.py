@@ -123,9 +123,70 @@ def _left_padded(rows: Sequence[Sequence[int]], pad_id: int, device):
     return ids.to(device), mask.to(device)
 
 
+class PrefixCache:
+    """The keys and values of prompt prefixes, kept from one call to the next (the sampler's:
+    a seat's rules come back in every call of a rollout). Each prefix is computed alone, so
+    its keys and values never depend on which prompts share its call, its batch or its shard.
+    An entry is used only while the model's weights are the ones it was computed with (the
+    parameters' in-place version counters: an optimizer step, a warm-up in place, a weight
+    reload all move them); the least recently used of more than `size` entries goes."""
+
+    def __init__(self, size: int = 16):
+        from collections import OrderedDict
+
+        self.size = size
+        self.entries: OrderedDict[tuple[int, ...], list] = OrderedDict()
+        self.weights: tuple | None = None
+        self.reused = self.computed = 0  # prefix tokens taken from the cache / run
+
+    def layers(self, model, prefix: tuple[int, ...], device) -> list:
+        """[(keys, values)] per layer of `prefix` ([1, heads, len, head_dim] each)."""
+        params = list(model.parameters())
+        weights = (id(model), len(params), sum(p._version for p in params))
+        if weights != self.weights:
+            self.entries.clear()
+            self.weights = weights
+        hit = self.entries.get(prefix)
+        if hit is not None:
+            self.entries.move_to_end(prefix)
+            self.reused += len(prefix)
+            return hit
+        ids = torch.tensor([prefix], dtype=torch.long, device=device)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                    position_ids=torch.arange(len(prefix), device=device).unsqueeze(0),
+                    use_cache=True, logits_to_keep=1).past_key_values
+        hit = [(layer.keys, layer.values) for layer in out.layers]
+        self.entries[prefix] = hit
+        self.computed += len(prefix)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return hit
+
+
+def _cached_head(model, prefixes: list[tuple[int, ...]], cache: PrefixCache, device):
+    """The prefixes' keys and values from `cache`, left-padded to the longest (zeros under a
+    zero mask: they get no attention), as the batched prefix pass lays them out."""
+    width = max(len(q) for q in prefixes)
+    per = [cache.layers(model, q, device) for q in prefixes]
+    kv = []
+    for j in range(len(per[0])):
+        keys, values = [], []
+        for q, layers in zip(prefixes, per):
+            k, v = layers[j]
+            pad = width - len(q)
+            keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+            values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+        kv.append((torch.cat(keys), torch.cat(values)))
+    mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=device)
+    for i, q in enumerate(prefixes):
+        mask[i, width - len(q):] = 1
+    return kv, mask
+
+
 def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_to_keep: int,
                   own: Sequence[int] | None = None, use_cache: bool = False,
-                  share_prefix: bool = True, min_shared: int = MIN_SHARED) -> BatchOutput:
+                  share_prefix: bool = True, min_shared: int = MIN_SHARED,
+                  prefix_cache: PrefixCache | None = None) -> BatchOutput:
     """One forward pass over `seqs` (left-padded: every row ends at the last position), through
     each shared prefix once when `share_prefix` and `plan_prefixes` finds one worth it.
     Of the last `logits_to_keep` positions, row i's last `own[i]` (default: all of them) are
@@ -133,7 +194,9 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
     completion plus one position per row, the sampler one).
     Gradients flow as in the plain pass (through the gathered prefix keys and values). A model
     training with gradient checkpointing runs the plain pass: its checkpointed layers drop
-    `past_key_values`, which would silently cut the rows off their prefix."""
+    `past_key_values`, which would silently cut the rows off their prefix.
+    `prefix_cache` (the sampler's, without gradients): each shared prefix comes from it, computed
+    alone the first time it is seen."""
     device = next(model.parameters()).device
     share_prefix = share_prefix and not (model.training and _checkpointing(model))
     own = list(own) if own is not None else [min(logits_to_keep, len(s)) for s in seqs]
@@ -149,13 +212,17 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
 
     prefixes: dict[tuple[int, ...], int] = {}
     group = [prefixes.setdefault(tuple(s[:n]), len(prefixes)) for s, n in zip(seqs, lengths)]
-    p_ids, p_mask = _left_padded(list(prefixes), pad_id, device)
-    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-    head = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True,
-                 logits_to_keep=1).past_key_values
     rows = torch.tensor(group, dtype=torch.long, device=device)
-    kv = [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
-          for layer in head.layers]
+    if prefix_cache is not None and not torch.is_grad_enabled():
+        head, p_mask = _cached_head(model, list(prefixes), prefix_cache, device)
+    else:
+        p_ids, p_mask = _left_padded(list(prefixes), pad_id, device)
+        p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True,
+                    logits_to_keep=1).past_key_values
+        head = [(layer.keys, layer.values) for layer in out.layers]
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+    kv = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in head]
     cache = DynamicCache(ddp_cache_data=kv, config=_hf_config(model))
     s_ids, s_mask = _left_padded([s[n:] for s, n in zip(seqs, lengths)], pad_id, device)
     offset = torch.tensor(lengths, dtype=torch.long, device=device).unsqueeze(1)

@@ -3,13 +3,14 @@ number (logits, gradients, sampled tokens) beyond float summation order."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 from mars_core.engines.hf import HFEngine
 from mars_core.models.weights import load_model
-from mars_core.models.prefix import MIN_SHARED, batch_forward, plan_prefixes
+from mars_core.models.prefix import MIN_SHARED, PrefixCache, batch_forward, plan_prefixes
 from mars_core.training.trainer import enable_gradient_checkpointing
 from mars_core.types import SamplingParams
 
@@ -115,3 +116,56 @@ def test_engine_samples_the_same_with_and_without_sharing(embedded_dir, tokenize
     for a, b in zip(plain, shared):
         assert a.token_ids == b.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_cached_prefixes_give_the_plain_logits_and_are_reused(tiny):
+    """The sampler's prefix cache: the plain pass's logits, each prefix computed once for two
+    calls, and computed again for another model or after the weights changed in place."""
+    rows = seqs()
+    own = [min(4, len(r) - 1) for r in rows]
+    cache = PrefixCache()
+
+    def cached(model):
+        out = batch_forward(model, rows, 0, logits_to_keep=4, own=own, prefix_cache=cache)
+        return torch.cat([out.logits[i, 4 - k:] for i, k in enumerate(own)])
+
+    with torch.inference_mode():
+        plain = _logits(tiny, rows, False)
+        assert torch.allclose(plain, cached(tiny), atol=1e-5)
+        first = cache.computed
+        assert torch.allclose(plain, cached(tiny), atol=1e-5)
+    assert first > 0 and cache.reused == first and cache.computed == first
+    model = copy.deepcopy(tiny)
+    with torch.no_grad():
+        cached(model)
+        assert cache.computed == 2 * first  # another model
+        next(model.parameters()).add_(0.5)  # a weight changed in place (an optimizer step)
+        got = cached(model)
+        assert cache.computed == 3 * first
+        want = _logits(model, rows, False)
+    assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(want, plain, atol=1e-3)
+
+
+def test_engine_with_the_cache_samples_as_a_fresh_engine_per_call(embedded_dir, tokenizer):
+    """Two calls on one engine (the second takes the seat's rules from the cache) give what
+    a new engine gives for each call."""
+    from mars_core.games.registry import make_game
+    from mars_core.rollout.play import PromptBuilder
+
+    game = make_game("tic_tac_toe")
+    builder = PromptBuilder(tokenizer, "answer", keep_history=False)
+    state = game.new_state(0)
+    prompts = [builder.prompt_ids([{"role": "system", "content": game.rules(p)},
+                                   {"role": "user", "content": game.observation(state, p, [])}])
+               for p in (0, 1, 0)]
+    params = SamplingParams(temperature=0.6, top_p=0.99, top_k=100, max_new_tokens=6, seed=3)
+    model = load_model(embedded_dir)
+    engine = HFEngine(model, tokenizer)
+    first = engine.generate(prompts, params)
+    other = dataclasses.replace(params, seed=4)
+    second = engine.generate(prompts, other)
+    assert engine.prefix_cache.reused == engine.prefix_cache.computed > 0
+    fresh = HFEngine(model, tokenizer).generate(prompts, other)
+    alone = HFEngine(model, tokenizer).generate(prompts, params)
+    for a, b in zip(first + second, alone + fresh):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs

@@ -129,9 +129,10 @@ class PrefixCache:
     its keys and values never depend on which prompts share its call, its batch or its shard.
     An entry is used only while the model's weights are the ones it was computed with (the
     parameters' in-place version counters: an optimizer step, a warm-up in place, a weight
-    reload all move them); the least recently used of more than `size` entries goes."""
+    reload all move them); the least recently used of more than `size` entries goes (an entry
+    of the embedded model holds about 46 kB a token: 8 of 250 tokens, 90 MB)."""
 
-    def __init__(self, size: int = 16):
+    def __init__(self, size: int = 8):
         from collections import OrderedDict
 
         self.size = size

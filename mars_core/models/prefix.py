@@ -129,13 +129,14 @@ class PrefixCache:
     its keys and values never depend on which prompts share its call, its batch or its shard.
     An entry is used only while the model's weights are the ones it was computed with (the
     parameters' in-place version counters: an optimizer step, a warm-up in place, a weight
-    reload all move them); the least recently used of more than `size` entries goes (an entry
-    of the embedded model holds about 46 kB a token: 8 of 250 tokens, 90 MB)."""
+    reload all move them). The least recently used entries go while the entries hold more than
+    `max_tokens` tokens (the newest always stays): the embedded model's keys and values take
+    about 46 kB a token in fp32, so 4,096 tokens about 190 MB."""
 
-    def __init__(self, size: int = 8):
+    def __init__(self, max_tokens: int = 4096):
         from collections import OrderedDict
 
-        self.size = size
+        self.max_tokens = max_tokens
         self.entries: OrderedDict[tuple[int, ...], list] = OrderedDict()
         self.weights: tuple | None = None
         self.reused = self.computed = 0  # prefix tokens taken from the cache / run
@@ -159,7 +160,7 @@ class PrefixCache:
         hit = [(layer.keys, layer.values) for layer in out.layers]
         self.entries[prefix] = hit
         self.computed += len(prefix)
-        while len(self.entries) > self.size:
+        while len(self.entries) > 1 and sum(map(len, self.entries)) > self.max_tokens:
             self.entries.popitem(last=False)
         return hit
 

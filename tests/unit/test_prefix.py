@@ -169,3 +169,18 @@ def test_engine_with_the_cache_samples_as_a_fresh_engine_per_call(embedded_dir, 
     alone = HFEngine(model, tokenizer).generate(prompts, params)
     for a, b in zip(first + second, alone + fresh):
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+
+
+def test_the_cache_keeps_to_its_token_budget(tiny):
+    """Least recently used entries go while the cache holds more than `max_tokens`; the
+    newest stays even when it alone is over."""
+    cache = PrefixCache(max_tokens=100)
+    with torch.no_grad():
+        for n in (40, 50, 30):
+            cache.layers(tiny, tuple(range(1, n + 1)), torch.device("cpu"))
+        assert [len(k) for k in cache.entries] == [50, 30]
+        cache.layers(tiny, tuple(range(1, 31)), torch.device("cpu"))  # a hit: now the newest
+        cache.layers(tiny, tuple(range(2, 32)), torch.device("cpu"))
+        assert [len(k) for k in cache.entries] == [30, 30]
+        cache.layers(tiny, tuple(range(1, 151)), torch.device("cpu"))
+    assert [len(k) for k in cache.entries] == [150]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,8 @@ def _train(runs: Path, name: str, args, address: str, api: str, overlap: bool) -
     with open(runs / f"{name}.log", "w") as log:
         done = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        raise SystemExit(f"{name}: mars train exited {done.returncode} (log: {runs}/{name}.log)")
+        raise SystemExit(f"{name}: mars train exited {done.returncode} (log and runs kept: "
+                         f"{runs}/{name}.log)")
     return time.time() - start
 
 
@@ -92,6 +94,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--model", help="a warmed-up policy folder (skips the format warm-up)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for both runs")
+    ap.add_argument("--keep", action="store_true", help="keep the two runs (GBs) afterwards")
     args = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("the bench pins two nodes to two CPUs: this machine has one")
@@ -127,7 +130,10 @@ def main() -> None:
     update = sum(r["update_s"] for r in s["rows"][1:])
     print(f"ceiling from the synchronous run's stages (iterations 1..): "
           f"{(rollout + update) / max(rollout, update):.2f}x")
-    print(f"runs kept in {runs}")
+    if args.keep:
+        print(f"runs kept in {runs}")
+    else:
+        shutil.rmtree(runs, ignore_errors=True)
 
 
 if __name__ == "__main__":

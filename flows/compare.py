@@ -28,13 +28,13 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.evaluation.ablation import (ablation_markdown, ablation_plot, ablation_rows,
-                                           curve_bands, per_seed_rows)
+                                           add_gains, curve_bands, per_seed_rows)
 from mars_core.config import load_config, load_game_eval_config
 from mars_core.privacy.private import reveal, withheld
 from mars_core.privacy.redact import install_log_redaction
 from mars_core.evaluation.game_eval import comparison_table, per_game_normalized, radar_chart
-from mars_core.run.layout import (EVALUATE, FINAL, INIT, REGISTERED_FILE, STRENGTH, final_model_dir,
-                                  read_episodes, stage_dir)
+from mars_core.run.layout import (EVALUATE, FINAL, INIT, REGISTERED_FILE, STRENGTH,
+                                  STRENGTH_JSON, final_model_dir, read_episodes, stage_dir)
 from mars_core.run.commit import MARKER, is_done, read_json, stage_output, write_json
 from flows.train import train_flow
 from tasks.ablation import log_ablation
@@ -155,6 +155,12 @@ def run_overrides(name: str, base: str, variant: str, seed: int, experiment: str
     return sets + ([f"evaluation.games_per_seat={n}"] if n else [])
 
 
+def read_strength(folder: Path) -> list[dict]:
+    """A run's start-vs-final rows (`final/strength/`), or none where it has no start
+    evaluation."""
+    return read_json(folder / STRENGTH_JSON) if is_done(folder) else []
+
+
 def run_finished(run_dir: Path, cfg) -> bool:
     """A run whose training flow has nothing left to do: its final model registered, its last
     evaluation and (with a start evaluation) the start-vs-final comparison written."""
@@ -196,7 +202,8 @@ def ablation_flow(seeds: list[int], bases: list[str] | None = None,
                                     overlays=layers, **hidden)["mlflow_run_id"]
         runs.append({"name": run_name, "base": Path(base).stem, "variant": Path(variant).stem,
                      "seed": seed, "run_dir": str(run_dir), "mlflow_run_id": run_id,
-                     "final": stage_dir(run_dir, cfg.run.iterations - 1, EVALUATE)})
+                     "final": stage_dir(run_dir, cfg.run.iterations - 1, EVALUATE),
+                     "strength": stage_dir(run_dir, FINAL, STRENGTH)})
     lock_run_dir(folder)  # one comparison per folder at a time
     try:
         seed_rows = []
@@ -205,9 +212,10 @@ def ablation_flow(seeds: list[int], bases: list[str] | None = None,
             rows = per_seed_rows({r["variant"]: read_episodes(r["final"]) for r in mine},
                                  reference)
             for r in mine:
-                r["rows"] = [x for x in rows if x["policy"] == r["variant"]]
+                r["rows"] = add_gains([x for x in rows if x["policy"] == r["variant"]],
+                                      read_strength(r["strength"]))
                 r["curve"] = learning_curve(r["run_dir"])
-            seed_rows += [{**x, "base": base, "seed": seed} for x in rows]
+                seed_rows += [{**x, "base": base, "seed": seed} for x in r["rows"]]
         rows = ablation_rows(seed_rows, reference)
         bands = curve_bands({(r["base"], r["variant"], r["seed"]): r["curve"] for r in runs})
         markdown = ablation_markdown(rows, reference)
@@ -223,7 +231,8 @@ def ablation_flow(seeds: list[int], bases: list[str] | None = None,
               "variants": ",".join(variants), "reference": reference,
               "overlays": ",".join(overlays or []), "overrides": ",".join(shown), "n": n}
     store = tracking_uri(Path(runs_dir))
-    children = [{k: v for k, v in r.items() if k not in ("final", "name")} for r in runs]
+    children = [{k: v for k, v in r.items() if k not in ("final", "strength", "name")}
+                for r in runs]
     run_id = log_ablation(store, experiment, name, reference, params, rows, children, files)
     print(f"logged the comparison to MLflow run {run_id} (experiment {experiment!r})")
     publish_markdown(f"ablation-{name}", markdown,

@@ -46,7 +46,8 @@ def _row_metrics(rows: list[dict], prefix: str = "") -> list[tuple[str, float]]:
     for r in rows:
         cell = [p for p in (r.get("base"), r["game"], r["opponent"]) if p]
         for name, value in (("final", r["normalized_return"]), ("final_ci95", r["ci95"]),
-                            ("diff", r["diff"]), ("diff_ci95", r["diff_ci95"])):
+                            ("diff", r["diff"]), ("diff_ci95", r["diff_ci95"]),
+                            ("gain", r.get("gain")), ("gain_ci95", r.get("gain_ci95"))):
             if value is not None:
                 out.append((_metric_key(prefix + name, *cell, r["variant"]), value))
     return out
@@ -77,6 +78,8 @@ def log_ablation(tracking: str, experiment: str, name: str, reference: str, para
                 metrics.append((_metric_key("final", *cell), r["normalized_return"]))
                 if r["policy"] != reference and r["paired_n"]:
                     metrics.append((_metric_key("diff", *cell), r["diff"]))
+                if r.get("gain") is not None:  # against the run's own start
+                    metrics.append((_metric_key("gain", *cell), r["gain"]))
 
             def curve(client: MlflowClient, _exp: str, child: str, points=run["curve"]) -> None:
                 now = int(time.time() * 1000)

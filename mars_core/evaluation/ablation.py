@@ -63,6 +63,24 @@ def per_seed_rows(evaluations: dict[str, list[Episode]], reference: str) -> list
     return rows
 
 
+def add_gains(rows: list[dict], strength: list[dict], policy: str = "final") -> list[dict]:
+    """Each of one run's `per_seed_rows` rows with `gain`: its final policy's paired difference
+    from its own start (the run's `final/strength/` rows, `policy` = the final one's label) on
+    the same game and opponent; an `all` row gets the mean over its game's opponents. None
+    where the run has no start-vs-final comparison."""
+    found = {(r["game"], r["opponent"]): r["diff"] for r in strength
+             if r["policy"] == policy and r.get("paired_n")}
+    out = []
+    for r in rows:
+        if r["opponent"] == ALL:
+            mine = [v for (g, _), v in found.items() if g == r["game"]]
+            gain = _mean(mine) if mine else None
+        else:
+            gain = found.get((r["game"], r["opponent"]))
+        out.append({**r, "gain": gain})
+    return out
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -74,7 +92,9 @@ def ablation_rows(seed_rows: list[dict], reference: str) -> list[dict]:
     seeds) with `ci95` (t over seeds, None under 2 seeds) and `per_seed`; `invalid_rate` (mean);
     against `reference`: `diff` (mean over seeds of each seed's paired difference) with
     `diff_ci95`, `diff_per_seed`, `diff_ci95_per_seed` (each seed's half-width over its paired
-    deals), `paired_games` and `clears`. The reference's own row has diff None. Sorted by base,
+    deals), `paired_games` and `clears`. The reference's own row has diff None. Where the rows
+    carry `gain` (`add_gains`): `gain`, the mean over seeds of each run's paired difference from
+    its own start, with `gain_ci95` and `gain_per_seed` (None without any). Sorted by base,
     game, opponent (`all` last) and variant, each in the order first seen."""
     cells: dict[tuple, list[dict]] = {}
     for r in seed_rows:
@@ -89,6 +109,9 @@ def ablation_rows(seed_rows: list[dict], reference: str) -> list[dict]:
                "invalid_rate": _mean([r["invalid_rate"] for r in mine]),
                "diff": None, "diff_ci95": None, "diff_per_seed": [], "diff_ci95_per_seed": [],
                "paired_games": [], "clears": False}
+        gains = [r["gain"] for r in mine if r.get("gain") is not None]
+        gain, gain_half = seed_interval(gains) if gains else (None, None)
+        row |= {"gain": gain, "gain_ci95": gain_half, "gain_per_seed": gains}
         if variant != reference:
             paired = [r for r in mine if r["paired_n"]]  # seeds where the reference played too
             diff, diff_half = seed_interval([r["diff"] for r in paired])
@@ -139,7 +162,8 @@ def ablation_markdown(rows: list[dict], reference: str) -> str:
     """The table (one row per base, game, opponent and variant) and a sentence naming the
     differences that clear twice their half-width (or saying that none does)."""
     lines = ["| base | game | opponent | variant | seeds | after training | invalid | "
-             f"vs {reference} (paired) |", "|---|---|---|---|---|---|---|---|"]
+             f"vs its start (paired) | vs {reference} (paired) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["variant"] == reference:
             vs = "-"
@@ -149,11 +173,14 @@ def ablation_markdown(rows: list[dict], reference: str) -> str:
             vs = _interval(r["diff"], r["diff_ci95"], "+") + (" *" if r["clears"] else "")
         lines.append(f"| {r['base'] or '-'} | {r['game']} | {r['opponent']} | {r['variant']} | "
                      f"{len(r['seeds'])} | {_interval(r['normalized_return'], r['ci95'])} | "
-                     f"{r['invalid_rate']:.0%} | {vs} |")
+                     f"{r['invalid_rate']:.0%} | "
+                     f"{_interval(r.get('gain'), r.get('gain_ci95'), '+')} | {vs} |")
     notes = ["", "After training: normalized return (0-100) in the last evaluation, mean over "
              "seeds ± the half-width of its 95% t-interval over seeds (n - 1 degrees of freedom). "
-             f"vs {reference}: each seed's difference on the same deals and seats, then the mean "
-             "over seeds with the same interval; `*`: it clears twice its half-width."]
+             "vs its start: each run's final policy against its own start on the same deals and "
+             f"seats, then the mean over seeds with the same interval. vs {reference}: each "
+             "seed's difference on the same deals and seats, then the mean over seeds with the "
+             "same interval; `*`: it clears twice its half-width."]
     clear = [r for r in rows if r["clears"]]
     if clear:
         notes.append("Differences that clear twice their half-width: " + "; ".join(

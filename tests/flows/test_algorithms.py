@@ -173,6 +173,7 @@ def test_compare_across_seeds_aggregates_logs_once_and_skips_finished_runs(
     for r in rows:
         assert r["seeds"] == [0, 1] and r["ci95"] is not None and r["game"] == "kuhn_poker"
         assert (r["diff"] is None) == (r["variant"] == "mars")
+        assert len(r["gain_per_seed"]) == 2 and r["gain_ci95"] is not None  # vs its own start
     grpo = [r for r in rows if r["variant"] == "grpo"]
     assert all(r["diff_ci95"] is not None and r["paired_games"] in ([4, 4], [8, 8]) for r in grpo)
     assert {b["iterations"] for b in table["curves"]} == {0, 1}  # start and after iteration 1
@@ -198,7 +199,7 @@ def test_compare_across_seeds_aggregates_logs_once_and_skips_finished_runs(
         ("grpo", "0"), ("grpo", "1"), ("mars", "0"), ("mars", "1")]
     assert {r.data.tags["mars.train_run_id"] for r in children} == {r.info.run_id for r in trained}
     child = next(r for r in children if r.data.tags["mars.variant"] == "grpo")
-    assert "diff/kuhn_poker/bot_random" in child.data.metrics
+    assert {"diff/kuhn_poker/bot_random", "gain/kuhn_poker/bot_random"} <= set(child.data.metrics)
     curve = client.get_metric_history(child.info.run_id, "curve/kuhn_poker vs bot_random")
     assert sorted(m.step for m in curve) == [0, 1]
     assert "final/kuhn_ppo/kuhn_poker/bot_random/grpo" in parents[0].data.metrics

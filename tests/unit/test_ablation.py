@@ -10,7 +10,9 @@ import random
 import pytest
 
 from mars_core.evaluation.ablation import (ALL, ablation_markdown, ablation_plot, ablation_rows,
-                                           clears, curve_bands, per_seed_rows, seed_interval)
+                                           add_gains, clears, curve_bands, per_seed_rows,
+                                           seed_interval)
+from mars_core.evaluation.game_eval import paired_rows
 from mars_core.types import Episode
 from mars_core.vocab import POLICY, Outcome
 
@@ -127,6 +129,38 @@ def test_several_opponents_get_a_game_row_and_the_outputs_write(tmp_path):
     ablation_plot(rows, bands, tmp_path / "ablation.png", title="synthetic")
     assert (tmp_path / "ablation.png").stat().st_size > 1000
     json.dumps(rows)  # the flow writes the rows as JSON
+
+
+def test_each_runs_gain_over_its_own_start_is_aggregated_over_seeds():
+    # per seed: "mars" and "flat" each start from the same policy; mars's final turns every
+    # lost deal into a win, flat's final plays exactly its start (the run's final/strength rows)
+    seed_rows = []
+    for seed in SEEDS:
+        start = _deal_returns(random.Random(seed))
+        finals = {"mars": [abs(r) for r in start], "flat": list(start)}
+        rows = per_seed_rows({v: _episodes(f) + _episodes(start, "bot:nash")
+                              for v, f in finals.items()}, "mars")
+        for v, final in finals.items():
+            strength = paired_rows({"start": _episodes(start) + _episodes(start, "bot:nash"),
+                                    "final": _episodes(final) + _episodes(start, "bot:nash")},
+                                   "start")
+            mine = add_gains([r for r in rows if r["policy"] == v], strength)
+            seed_rows += [{**r, "seed": seed, "base": "kuhn"} for r in mine]
+    rows = ablation_rows(seed_rows, "mars")
+    mars, flat = _row(rows, "mars"), _row(rows, "flat")
+    assert len(mars["gain_per_seed"]) == 3 and mars["gain"] > 2 * mars["gain_ci95"] > 0
+    assert flat["gain"] == 0.0 and flat["gain_per_seed"] == [0.0] * 3
+    assert _row(rows, "mars", "bot:nash")["gain"] == 0.0
+    both = _row(rows, "mars", ALL)  # the mean of its opponents' gains
+    assert both["gain"] == mars["gain"] / 2
+    text = ablation_markdown(rows, "mars")
+    assert "| vs its start (paired) | vs mars (paired) |" in text
+    assert f"| {mars['gain']:+.1f} ± {mars['gain_ci95']:.1f} | - |" in text
+    # a run without a start evaluation has no gain, and says "-"
+    lone = ablation_rows([{**r, "seed": 0} for r in add_gains(
+        per_seed_rows({"mars": _episodes(_deal_returns(random.Random(3)))}, "mars"), [])],
+        "mars")
+    assert lone[0]["gain"] is None and "| 0% | - | - |" in ablation_markdown(lone, "mars")
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -110,7 +110,7 @@ def ablation_rows(seed_rows: list[dict], reference: str) -> list[dict]:
                "diff": None, "diff_ci95": None, "diff_per_seed": [], "diff_ci95_per_seed": [],
                "paired_games": [], "clears": False}
         gains = [r["gain"] for r in mine if r.get("gain") is not None]
-        gain, gain_half = seed_interval(gains) if gains else (None, None)
+        gain, gain_half = seed_interval(gains)
         row |= {"gain": gain, "gain_ci95": gain_half, "gain_per_seed": gains}
         if variant != reference:
             paired = [r for r in mine if r["paired_n"]]  # seeds where the reference played too

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from eval.benchmarks import Question
+from eval.journal import Journal, fingerprint
 from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
 from mars_core.evaluation.intervals import mean_ci95
@@ -38,14 +39,44 @@ def wilson(correct: int, n: int) -> tuple[float, float]:
 
 def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
               params: ChatParams, max_batch: int = 256,
-              progress: Callable[[str], None] | None = None) -> list[Result]:
+              progress: Callable[[str], None] | None = None, journal: Path | None = None,
+              model: str = "") -> list[Result]:
     """Every question under every system. A system's questions (all benchmarks) run as one
     lockstep batch, so the engine sees as many concurrent conversations as there are open
-    questions."""
+    questions. With a `journal` folder, each system keeps its replies in
+    `<journal>/<system>.jsonl` (`eval.journal`, fingerprinted with `model`): rerun after a
+    kill, the suite replays them and goes on from there."""
     results = []
     for name in systems:
-        results += run_system(name, questions, engine, params, max_batch, progress)
+        book = None
+        if journal is not None:
+            digest = fingerprint(model, name, [(q.benchmark, q.id) for q in questions], params)
+            book = Journal(Path(journal) / f"{name}.jsonl", digest,
+                           {i for i, q in enumerate(questions) if q.gated})
+            if book.size and progress:
+                progress(f"{name}: resuming from {book.size} replies in {book.path}")
+        try:
+            results += run_system(name, questions, engine, params, max_batch, progress, book)
+        finally:
+            if book is not None:
+                book.close()
     return results
+
+
+def remove_journal(folder: Path) -> None:
+    """Delete the journals `run_suite` wrote under `folder` (once their results are written),
+    and only them: `*.jsonl` and set-aside `*.jsonl.other` files, then the folders left empty."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for pattern in ("*/*.jsonl", "*/*.jsonl.other"):
+        for path in folder.glob(pattern):
+            path.unlink()
+    for sub in sorted(folder.glob("*"), reverse=True):
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def summarize(results: list[Result]) -> list[dict]:

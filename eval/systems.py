@@ -29,6 +29,7 @@ from eval.benchmarks import Question, answer_format, task_prompt
 from eval.answers import strip_reasoning
 from eval.graders import extracted_answer, is_correct
 from eval.verdict import parse_verdict
+from eval.journal import Journal
 from mars_core.engines.base import request_seed
 from mars_core.engines.chat import ChatEngine, ChatParams, Message
 
@@ -197,12 +198,14 @@ def question_key(q: Question) -> int:
 
 
 def run_system(name: str, questions: list[Question], engine: ChatEngine, params: ChatParams,
-               max_batch: int = 256, progress: Callable[[str], None] | None = None
-               ) -> list[Result]:
+               max_batch: int = 256, progress: Callable[[str], None] | None = None,
+               journal: Journal | None = None) -> list[Result]:
     """Answer every question with system `name`, all questions at once: each step sends every
-    pending call (at most `max_batch` per engine call) and feeds the replies back. Step `s`
-    samples question q with seed `request_seed(params.seed * 1000 + s, question_key(q))`, so
-    a question's answer does not depend on the other questions of the run (or of its shard).
+    pending call (at most `max_batch` per engine call) and feeds the replies back. Question q's
+    k-th call samples with seed `request_seed(params.seed * 1000 + k, question_key(q))`, so a
+    question's answer does not depend on the other questions of the run (or of its shard).
+    With a `journal` (`eval.journal`), replies it holds are fed back without a model call and
+    every reply received is added to it: a killed run, rerun, goes on where it stopped.
     Results come back in question order."""
     check_systems([name])
     results = [Result(name, q.benchmark, q.id, q.reference, "", "", 0) for q in questions]
@@ -210,31 +213,46 @@ def run_system(name: str, questions: list[Question], engine: ChatEngine, params:
     keys = [question_key(q) for q in questions]
     pending = {i: next(g) for i, g in enumerate(gens)}
     step = 0
+
+    def advance(i: int, reply, began: float, ended: float) -> None:
+        _record(results[i], pending[i], reply, began, ended)
+        if reply.error:
+            gens[i].close()
+            _finish(results[i], Outcome("", "error", results[i].rounds))
+            del pending[i]
+            return
+        try:
+            pending[i] = gens[i].send(reply.text)
+        except StopIteration as done:
+            _finish(results[i], done.value)
+            del pending[i]
+
     while pending:
+        replayed = 0
+        for i in list(pending):  # what the journal holds, fed back without a model call
+            while journal is not None and i in pending and (
+                    held := journal.get(i, results[i].calls)):
+                advance(i, *held)
+                replayed += 1
         order = list(pending)
-        step_params = dataclasses.replace(params, seed=params.seed * 1000 + step)
         for start in range(0, len(order), max_batch):
             chunk = order[start:start + max_batch]
             began = time.time()
-            seeds = tuple(request_seed(step_params.seed, keys[i]) for i in chunk)
+            seeds = tuple(request_seed(params.seed * 1000 + results[i].calls, keys[i])
+                          for i in chunk)
             replies = engine.chat([pending[i].messages for i in chunk],
-                                  dataclasses.replace(step_params, seeds=seeds))
+                                  dataclasses.replace(params, seed=params.seed * 1000 + step,
+                                                      seeds=seeds))
             ended = time.time()
             for i, reply in zip(chunk, replies):
-                _record(results[i], pending[i], reply, began, ended)
-                if reply.error:
-                    gens[i].close()
-                    _finish(results[i], Outcome("", "error", results[i].rounds))
-                    del pending[i]
-                    continue
-                try:
-                    pending[i] = gens[i].send(reply.text)
-                except StopIteration as done:
-                    _finish(results[i], done.value)
-                    del pending[i]
+                if journal is not None:
+                    journal.add(i, results[i].calls, reply, began, ended)
+                advance(i, reply, began, ended)
         step += 1
         if progress:
-            progress(f"{name}: step {step}, {len(pending)} of {len(questions)} questions open")
+            note = f" ({replayed} replies from the journal)" if replayed else ""
+            progress(f"{name}: step {step}, {len(pending)} of {len(questions)} questions "
+                     f"open{note}")
     return results
 
 

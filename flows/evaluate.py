@@ -130,6 +130,7 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
                                ClusterConfig)
     out_path = Path(out)
     records = out_path.with_name(out_path.stem + "_transcripts")
+    journal = out_path.with_name(out_path.stem + "_journal")
     specs = {"model": model, **({"baseline": baseline} if baseline else {})}
     reports = []
     for label, spec in specs.items():
@@ -137,8 +138,11 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
         reports.append(evaluate_mas(label, local, systems, benchmarks, str(records),
                                     limit=limit, data_dir=data_dir, gpqa_path=gpqa_path,
                                     max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                                    bf16=bf16, cluster=cluster, api_key_env=keys[label]))
+                                    bf16=bf16, cluster=cluster, api_key_env=keys[label],
+                                    journal_dir=str(journal)))
         reports[-1]["model"] = redact_text(spec)
+    if journal.is_dir() and not any(journal.iterdir()):  # each model's journal is gone
+        journal.rmdir()
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "baseline" if baseline else None)
     config = {"model": shown, "baseline": shown_baseline or "", "systems": ",".join(systems),

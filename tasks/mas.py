@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load, source_of
-from eval.mas import read_records, run_suite, summarize, wilson, write_records
+from eval.mas import read_records, remove_journal, run_suite, summarize, wilson, write_records
 from mars_core.config.cluster import ClusterConfig
 from mars_core.engines.chat import BENCHMARK_SAMPLING, ChatParams, is_endpoint
 from mars_core.privacy.redact import redact, redact_text
@@ -48,14 +48,18 @@ def _shard_name() -> str:
 def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int | None,
               data_dir: str | None, gpqa_path: str | None, max_new_tokens: int, seed: int,
               batch_size: int, bf16: str, start: int, stop: int,
-              api_key_env: str | None = None) -> tuple[str, list]:
+              api_key_env: str | None = None, journal: str | None = None) -> tuple[str, list]:
     """Questions `start`..`stop` of the suite (loaded here, on whichever machine runs it)
-    under every system, with an engine of its own: (the engine's name, the results)."""
+    under every system, with an engine of its own: (the engine's name, the results). With a
+    `journal` folder the replies are kept in `<journal>/q<start>-<stop>/<system>.jsonl`, and
+    a rerun resumes from them (`eval.journal`)."""
     questions = [q for name in benchmarks for q in load(name, data_dir, limit, gpqa_path)]
     engine = chat_engine(model, batch_size, bf16, api_key_env)
     return engine.name, run_suite(engine, systems, questions[start:stop],
                                   ChatParams(max_new_tokens=max_new_tokens, seed=seed),
-                                  max_batch=max(batch_size * 8, 1), progress=print)
+                                  max_batch=max(batch_size * 8, 1), progress=print,
+                                  journal=Path(journal) / f"q{start}-{stop}" if journal else None,
+                                  model=model)
 
 
 @task(cache_policy=NO_CACHE)
@@ -63,21 +67,25 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
                  out_dir: str, *, limit: int | None = None, data_dir: str | None = None,
                  gpqa_path: str | None = None, max_new_tokens: int = BENCHMARK_SAMPLING.max_new_tokens, seed: int = 0,
                  batch_size: int = 32, bf16: str = "auto",
-                 cluster: ClusterConfig | None = None, api_key_env: str | None = None) -> dict:
+                 cluster: ClusterConfig | None = None, api_key_env: str | None = None,
+                 journal_dir: str | None = None) -> dict:
     """Every system on every benchmark with one model (loaded once); per-question records and
     transcripts go to `<out_dir>/<label>/<system>/<benchmark>.jsonl`. Returns the summary
     rows, the records folder, the gated benchmarks and the cost. With `cluster` sharded the
     questions split into `cluster.shards` ranges, each a mas_shard task run with its own
     engine (on the Ray cluster where one is configured); the results are the same. An
     endpoint gets the key in the environment variable `api_key_env` (the cluster's workers
-    get the variable through `cluster.ray.env`)."""
+    get the variable through `cluster.ray.env`). With `journal_dir`, the replies received are
+    kept in `<journal_dir>/<label>/` until the records are written (on a cluster: where the
+    shards' machines share that folder), so a killed evaluation, rerun, resumes from them."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
     cluster = cluster or ClusterConfig()
     started = time.perf_counter()
     shard = {"model": model, "systems": systems, "benchmarks": benchmarks, "limit": limit,
              "data_dir": data_dir, "gpqa_path": gpqa_path, "max_new_tokens": max_new_tokens,
-             "seed": seed, "batch_size": batch_size, "bf16": bf16, "api_key_env": api_key_env}
+             "seed": seed, "batch_size": batch_size, "bf16": bf16, "api_key_env": api_key_env,
+             "journal": str(Path(journal_dir) / label) if journal_dir else None}
     if cluster.sharded and len(questions) > 1:
         parts = run_shards(mas_shard, [shard | {"start": r.start, "stop": r.stop} for r in
                                        shard_slices(len(questions), cluster.shards)], cluster)
@@ -89,6 +97,8 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
     gated = {q.benchmark for q in questions if q.gated}
     folder = Path(out_dir) / label
     write_records(results, folder, gated)
+    if journal_dir:
+        remove_journal(Path(journal_dir) / label)
     rows = summarize(results)
     for r in rows:
         print(f"{label}: {r['system']:8s} {r['benchmark']:13s} accuracy {r['accuracy']:5.1f}% "

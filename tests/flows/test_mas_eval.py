@@ -49,6 +49,7 @@ def test_every_system_on_every_benchmark_with_the_embedded_model(
     paired = (tmp_path / "mas_paired.md").read_text()  # per cell, paired by question
     assert "| model - baseline (points, paired) |" in paired and "| single | gsm8k | 1 | " in paired
     assert "| all | all | 18 | " in paired  # 3 systems x 6 benchmarks x 1 question
+    assert not (tmp_path / "mas_journal").exists()  # the resume journal goes once written
 
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("mars-mas-eval").experiment_id])

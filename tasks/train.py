@@ -91,7 +91,8 @@ def prepare_policy(run_dir: str) -> dict:
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
         losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                            pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg, "update"),
-                           share_prefix=cfg.model.share_prefix)
+                           share_prefix=cfg.model.share_prefix,
+                           micro_batch_size=w.micro_batch_size)
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
         save_model(out / MODEL_DIR, model, tok)

@@ -58,6 +58,9 @@ class WarmupConfig(_Section):
 
     steps: int = Field(0, ge=0)  # 0 disables it
     batch_size: int = Field(8, ge=1)
+    # examples per forward pass (gradient accumulation: the same step, the peak memory of one
+    # micro-batch; a full fine-tune on 900-token prompts holds ~2 GB of activations per example)
+    micro_batch_size: int = Field(2, ge=1)
     lr: float = Field(3e-5, gt=0)
     probe_games: int = Field(8, ge=0)  # self-play games to measure the invalid rate before/after
 

@@ -49,28 +49,36 @@ def invalid_rate(games: Sequence[str], engine, prompts: PromptBuilder, sampling:
 
 def sft_steps(model, examples: list[tuple[list[int], list[int]]], *, steps: int, batch_size: int,
               lr: float, pad_id: int, seed: int, bf16: bool = False, share_prefix: bool = True,
-              progress: bool = True) -> list[float]:
-    """Supervised steps on (prompt ids, target ids): cross-entropy on the target tokens only.
-    Used for the format warm-up. Returns the loss of each step."""
+              progress: bool = True, micro_batch_size: int | None = None) -> list[float]:
+    """Supervised steps on (prompt ids, target ids): cross-entropy on the target tokens only
+    (each example's mean over its target tokens, averaged over the batch). Used for the format
+    warm-up. A step's batch goes through the model `micro_batch_size` examples at a time
+    (gradient accumulation: the same step, its peak memory that of one micro-batch; all at
+    once when None). Returns the loss of each step."""
     import random
 
     import torch
     from tqdm.auto import tqdm
 
-    from mars_core.training.trainer import Forward, Sample, sequence_logprobs
+    from mars_core.training.trainer import Forward, Sample, _chunks, sequence_logprobs
 
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    fwd = Forward(pad_id, bf16, share_prefix)
     model.train()
     losses = []
     for _ in tqdm(range(steps), desc="warm-up", unit="step", disable=not progress, leave=False):
         batch = [Sample(tuple(p), tuple(t), 0.0) for p, t in rng.sample(examples, min(batch_size, len(examples)))]
-        logp, mask = sequence_logprobs(model, batch, Forward(pad_id, bf16, share_prefix))
-        loss = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
+        batch.sort(key=lambda s: s.prompt_ids)  # neighbours share prompt prefixes (share_prefix)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        for chunk in _chunks(batch, micro_batch_size or len(batch)):
+            logp, mask = sequence_logprobs(model, chunk, fwd)
+            loss = -((logp * mask).sum(-1) / mask.sum(-1)).sum() / len(batch)
+            loss.backward()
+            total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(total)
     model.eval()
     return losses

@@ -43,6 +43,21 @@ def fingerprint(model: str, system: str, questions: list[tuple[str, str]], param
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _header(line: str) -> dict | None:
+    try:
+        head = json.loads(line)
+    except ValueError:
+        return None
+    return head if isinstance(head, dict) and "journal" in head and "fingerprint" in head \
+        else None
+
+
+def is_journal(path: Path) -> bool:
+    """Whether the file at `path` opens with a journal's header line."""
+    with Path(path).open(encoding="utf-8", errors="replace") as f:
+        return _header(f.readline()) is not None
+
+
 class Journal:
     """One system run's replies at `path` (created with its folder). `get(i, k)` is question
     i's k-th reply when the journal holds it; `add` appends one and flushes it to disk.
@@ -64,11 +79,8 @@ class Journal:
         if not self.path.exists():
             return [header]
         lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
-        try:
-            found = json.loads(lines[0])["fingerprint"] if lines else None
-        except (ValueError, KeyError, TypeError):
-            found = None
-        if found != self.digest:
+        head = _header(lines[0]) if lines else None
+        if (head or {}).get("fingerprint") != self.digest:
             aside = self.path.with_name(self.path.name + ".other")
             self.path.replace(aside)
             print(f"journal {self.path}: written for other settings (model, sampling, system "

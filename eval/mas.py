@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from eval.benchmarks import Question
-from eval.journal import Journal, fingerprint
+from eval.journal import Journal, fingerprint, is_journal
 from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
 from mars_core.evaluation.intervals import mean_ci95
@@ -64,16 +64,18 @@ def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
 
 
 def remove_journal(folder: Path) -> None:
-    """Delete the journals `run_suite` wrote under `folder` (once their results are written),
-    and only them: `*.jsonl` and set-aside `*.jsonl.other` files, then the folders left empty."""
+    """Delete the journals `run_suite` wrote under `folder` (once the results are written),
+    and only them: `*.jsonl` and set-aside `*.jsonl.other` files that open with a journal's
+    header (`eval.journal`), then the folders they leave empty. Anything else stays."""
     folder = Path(folder)
     if not folder.is_dir():
         return
-    for pattern in ("*/*.jsonl", "*/*.jsonl.other"):
-        for path in folder.glob(pattern):
-            path.unlink()
-    for sub in sorted(folder.glob("*"), reverse=True):
-        if sub.is_dir() and not any(sub.iterdir()):
+    for pattern in ("*.jsonl", "*.jsonl.other"):
+        for path in folder.rglob(pattern):
+            if is_journal(path):
+                path.unlink()
+    for sub in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        if not any(sub.iterdir()):
             sub.rmdir()
     if not any(folder.iterdir()):
         folder.rmdir()

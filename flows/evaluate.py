@@ -16,7 +16,7 @@ from prefect import flow
 
 from eval.benchmarks import SHIPPED, check_names
 from eval.mas import (comparison_table, markdown, paired_cells, paired_cells_markdown,
-                      read_records)
+                      read_records, remove_journal)
 from eval.systems import SYSTEMS, check_systems
 from mars_core.config import config_from_dict, load_game_eval_config
 from mars_core.config.base import former
@@ -141,14 +141,13 @@ def mas_eval_flow(model: str = "embedded", baseline: str | None = None,
                                     bf16=bf16, cluster=cluster, api_key_env=keys[label],
                                     journal_dir=str(journal)))
         reports[-1]["model"] = redact_text(spec)
-    if journal.is_dir() and not any(journal.iterdir()):  # each model's journal is gone
-        journal.rmdir()
     table = comparison_table({r["label"]: r["rows"] for r in reports},
                              "baseline" if baseline else None)
     config = {"model": shown, "baseline": shown_baseline or "", "systems": ",".join(systems),
               "benchmarks": ",".join(benchmarks), "limit": limit,
               **benchmark_sampling(max_new_tokens), "seed": seed}
     write_results(out_path, config, reports, table)
+    remove_journal(journal)  # every model's results are written: nothing left to resume
     table_md = out_path.with_name(out_path.stem + "_table.md")
     table_text = markdown(table)
     table_md.write_text(table_text)

@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from eval.benchmarks import load, source_of
-from eval.mas import read_records, remove_journal, run_suite, summarize, wilson, write_records
+from eval.mas import read_records, run_suite, summarize, wilson, write_records
 from mars_core.config.cluster import ClusterConfig
 from mars_core.engines.chat import BENCHMARK_SAMPLING, ChatParams, is_endpoint
 from mars_core.privacy.redact import redact, redact_text
@@ -76,8 +76,9 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
     engine (on the Ray cluster where one is configured); the results are the same. An
     endpoint gets the key in the environment variable `api_key_env` (the cluster's workers
     get the variable through `cluster.ray.env`). With `journal_dir`, the replies received are
-    kept in `<journal_dir>/<label>/` until the records are written (on a cluster: where the
-    shards' machines share that folder), so a killed evaluation, rerun, resumes from them."""
+    kept in `<journal_dir>/<label>/` (on a cluster: where the shards' machines share that
+    folder), so a killed evaluation, rerun, resumes from them; the caller removes them
+    (`eval.mas.remove_journal`) once its results are written."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
     cluster = cluster or ClusterConfig()
@@ -97,8 +98,6 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
     gated = {q.benchmark for q in questions if q.gated}
     folder = Path(out_dir) / label
     write_records(results, folder, gated)
-    if journal_dir:
-        remove_journal(Path(journal_dir) / label)
     rows = summarize(results)
     for r in rows:
         print(f"{label}: {r['system']:8s} {r['benchmark']:13s} accuracy {r['accuracy']:5.1f}% "

@@ -115,14 +115,18 @@ def test_a_cut_last_line_and_gated_questions_are_asked_again(tmp_path):
 
 
 def test_remove_journal_deletes_only_journals(tmp_path):
-    run_suite(Seeded(), ["single"], QUESTIONS, PARAMS, journal=tmp_path / "model" / "q0-6",
-              model="m")
-    (tmp_path / "model" / "q0-6" / "single.jsonl.other").write_text("{}")
-    keep = tmp_path / "model" / "notes.txt"
-    keep.write_text("mine")
-    remove_journal(tmp_path / "model")
-    assert keep.exists() and not (tmp_path / "model" / "q0-6").exists()
-    keep.unlink()
-    remove_journal(tmp_path / "model")
-    assert not (tmp_path / "model").exists()
+    for label in ("model", "baseline"):
+        run_suite(Seeded(), ["single"], QUESTIONS, PARAMS, journal=tmp_path / label / "q0-6",
+                  model="m")
+    (tmp_path / "model" / "q0-6" / "single.jsonl").rename(
+        tmp_path / "model" / "q0-6" / "single.jsonl.other")  # one set aside
+    mine = tmp_path / "baseline" / "notes.jsonl"  # not a journal: no journal header
+    mine.write_text('{"a": 1}\n')
+    remove_journal(tmp_path)
+    assert mine.exists() and sorted(p.relative_to(tmp_path).as_posix()
+                                    for p in tmp_path.rglob("*")) == ["baseline",
+                                                                      "baseline/notes.jsonl"]
+    mine.unlink()
+    remove_journal(tmp_path)
+    assert not tmp_path.exists()
     remove_journal(tmp_path / "absent")  # nothing there: nothing to do

@@ -150,7 +150,9 @@ def _train_plan(path: str, args: argparse.Namespace) -> list[str]:
     diff = check_run_dir(run_dir, cfg)  # reads only: a folder of another config is refused
     lines.append(f"run folder: {run_dir} ("
                  + ("new: `mars train` creates it" if diff is None else
-                    "exists with this config: `mars train` resumes it") + ")")
+                    "exists with this config: `mars train` resumes it" if not diff else
+                    f"exists with this config but for {', '.join(diff)} (changes that leave "
+                    "the results alone): `mars train` resumes it") + ")")
     lines += _cluster_lines(cfg.cluster)
     from cli.plan import training_plan
 

@@ -59,11 +59,17 @@ def read_config(run_dir: Path) -> Config:
     return load_config(private if private.is_file() else Path(run_dir) / CONFIG_FILE)
 
 
+# what a resume may change: where the games run, and how a batch is cut into micro-batches
+# or whether activations are recomputed (gradient accumulation: the same update, less memory;
+# so a run killed for memory resumes with a smaller micro-batch)
+RESUMABLE_CHANGES = ("cluster.", "optim.micro_batch_size", "warmup.micro_batch_size",
+                     "trainer.gradient_checkpointing")
+
+
 def check_run_dir(run_dir: Path, cfg: Config) -> list[str] | None:
     """What `prepare_run_dir` would refuse, found without writing anything: a run folder made
     with another config, or a folder that is no run. None for a new run, else a run to resume
-    and how its config differs (only where the games run, `cluster.*`: the results are the
-    same)."""
+    and how its config differs (only in `RESUMABLE_CHANGES`: the results are the same)."""
     run_dir = Path(run_dir)
     saved = run_dir / CONFIG_FILE
     if saved.is_file():
@@ -72,7 +78,7 @@ def check_run_dir(run_dir: Path, cfg: Config) -> list[str] | None:
         except ConfigError as e:
             raise RunDirError(f"run directory {run_dir} has an unreadable config: {e}") from None
         diff = config_diff(old, cfg)
-        if any(not k.startswith("cluster.") for k in diff):
+        if any(not k.startswith(RESUMABLE_CHANGES) for k in diff):
             raise RunDirError(f"run directory {run_dir} was created with a different config "
                               f"(differs in: {', '.join(diff[:5])}); choose another --run-name")
         return diff
@@ -89,7 +95,7 @@ def prepare_run_dir(run_dir: Path, cfg: Config) -> bool:
     _LIVE[str(run_dir.resolve())] = cfg
     diff = check_run_dir(run_dir, cfg)
     if diff is not None:
-        if diff:  # a resume on other shards or another cluster
+        if diff:  # a resume on other shards, another cluster, other micro-batches
             _write_config(run_dir / CONFIG_FILE, cfg)
         return True
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -142,6 +142,13 @@ def test_a_run_folder_of_another_config_is_refused_and_a_resume_is_named(tmp_pat
     assert rc == 0 and "exists with this config: `mars train` resumes it" in out
     rc, _, err = _check(capsys, smoke, "--runs-dir", str(tmp_path), "--set", "run.seed=7")
     assert rc == 2 and "different config (differs in: run.seed)" in err
+    # how a batch goes through the model leaves the results alone: a resume may change it
+    rc, out, err = _check(capsys, smoke, "--runs-dir", str(tmp_path), "--set",
+                          "optim.micro_batch_size=1", "--set", "warmup.micro_batch_size=1",
+                          "--set", "trainer.gradient_checkpointing=true")
+    assert rc == 0 and ("exists with this config but for optim.micro_batch_size, "
+                        "trainer.gradient_checkpointing, warmup.micro_batch_size (changes that "
+                        "leave the results alone): `mars train` resumes it") in out, err
     assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == before  # no lock taken
 
 

@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -154,6 +154,23 @@ ablate: setup
 	$(VENV)/bin/mars compare --seeds $(SEEDS) --name $(or $(NAME),ablate) \
 	    $(if $(BASES),--bases $(BASES)) $(if $(VARIANTS),--variants $(VARIANTS)) \
 	    $(if $(OVERLAY),--overlay $(OVERLAY))
+
+# Claim 3 (docs/claims.md): does self-play on games move the reasoning benchmarks? A recipe
+# trained by self-play (resumable; RECIPE=configs/ablations/bases/tic_tac_toe_short.yaml, about
+# 35 min here), then its final policy against its own start policy on the six shipped
+# benchmarks in the three systems, paired by question, in runs/reason-<recipe>-mas/ (LIMIT
+# questions per benchmark, default 10; MAX_TOKENS, default 256). Resumable: run it again after
+# an interruption (the evaluation keeps a journal). Its model is registered as reason-<recipe>.
+REASON_RECIPE = $(or $(RECIPE),configs/ablations/bases/tic_tac_toe_short.yaml)
+REASON_RUN = reason-$(basename $(notdir $(REASON_RECIPE)))
+reason: setup
+	$(VENV)/bin/mars train --config $(REASON_RECIPE) --run-name $(REASON_RUN) \
+	    --set tracking.experiment=mars-claims --set tracking.registered_model=$(REASON_RUN)
+	$(VENV)/bin/mars eval mas --model runs/$(REASON_RUN)/final/model \
+	    --baseline runs/$(REASON_RUN)/init/prepare_policy/model --limit $(or $(LIMIT),10) \
+	    --max-new-tokens $(or $(MAX_TOKENS),256) --seed 0 \
+	    --out runs/$(REASON_RUN)-mas/mas_results.json \
+	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db --experiment mars-claims
 
 # GPU figures (Qwen3-4B shape, random weights): training tokens/s and MFU, generation tokens/s.
 bench-gpu: setup

@@ -159,16 +159,18 @@ ablate: setup
 # trained by self-play (resumable; RECIPE=configs/ablations/bases/tic_tac_toe_short.yaml, about
 # 35 min here), then its final policy against its own start policy on the six shipped
 # benchmarks in the three systems, paired by question, in runs/reason-<recipe>-mas/ (LIMIT
-# questions per benchmark, default 10; MAX_TOKENS, default 256). Resumable: run it again after
-# an interruption (the evaluation keeps a journal). Its model is registered as reason-<recipe>.
+# questions per benchmark, default 10; MAX_TOKENS, default 256; BATCH, the engine batch, default
+# 32). Resumable: run it again after an interruption (the evaluation keeps a journal). Its model
+# is registered as reason-<recipe>.
 REASON_RECIPE = $(or $(RECIPE),configs/ablations/bases/tic_tac_toe_short.yaml)
 REASON_RUN = reason-$(basename $(notdir $(REASON_RECIPE)))
 reason: setup
 	$(VENV)/bin/mars train --config $(REASON_RECIPE) --run-name $(REASON_RUN) \
 	    --set tracking.experiment=mars-claims --set tracking.registered_model=$(REASON_RUN)
+	mkdir -p runs/$(REASON_RUN)-mas
 	$(VENV)/bin/mars eval mas --model runs/$(REASON_RUN)/final/model \
 	    --baseline runs/$(REASON_RUN)/init/prepare_policy/model --limit $(or $(LIMIT),10) \
-	    --max-new-tokens $(or $(MAX_TOKENS),256) --seed 0 \
+	    --max-new-tokens $(or $(MAX_TOKENS),256) --seed 0 $(if $(BATCH),--batch-size $(BATCH)) \
 	    --out runs/$(REASON_RUN)-mas/mas_results.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db --experiment mars-claims
 

@@ -156,12 +156,12 @@ ablate: setup
 	    $(if $(OVERLAY),--overlay $(OVERLAY))
 
 # Claim 3 (docs/claims.md): does self-play on games move the reasoning benchmarks? A recipe
-# trained by self-play (resumable; RECIPE=configs/ablations/bases/tic_tac_toe_short.yaml, about
-# 35 min here), then its final policy against its own start policy on the six shipped
-# benchmarks in the three systems, paired by question, in runs/reason-<recipe>-mas/ (LIMIT
-# questions per benchmark, default 10; MAX_TOKENS, default 256; BATCH, the engine batch, default
-# 32). Resumable: run it again after an interruption (the evaluation keeps a journal). Its model
-# is registered as reason-<recipe>.
+# trained by self-play (resumable; RECIPE=configs/ablations/bases/tic_tac_toe_short.yaml, 32
+# min here), then its final policy against its own start policy on the six shipped benchmarks in
+# the three systems, paired by question, in runs/reason-<recipe>-mas/ (LIMIT questions per
+# benchmark, default 6; MAX_TOKENS, default 256; BATCH, the engine batch, default 36: 6
+# questions x 6 benchmarks, one batch a step; about 40 min here). Resumable: run it again after
+# an interruption (the evaluation keeps a journal). Its model is registered as reason-<recipe>.
 REASON_RECIPE = $(or $(RECIPE),configs/ablations/bases/tic_tac_toe_short.yaml)
 REASON_RUN = reason-$(basename $(notdir $(REASON_RECIPE)))
 reason: setup
@@ -169,8 +169,8 @@ reason: setup
 	    --set tracking.experiment=mars-claims --set tracking.registered_model=$(REASON_RUN)
 	mkdir -p runs/$(REASON_RUN)-mas
 	$(VENV)/bin/mars eval mas --model runs/$(REASON_RUN)/final/model \
-	    --baseline runs/$(REASON_RUN)/init/prepare_policy/model --limit $(or $(LIMIT),10) \
-	    --max-new-tokens $(or $(MAX_TOKENS),256) --seed 0 $(if $(BATCH),--batch-size $(BATCH)) \
+	    --baseline runs/$(REASON_RUN)/init/prepare_policy/model --limit $(or $(LIMIT),6) \
+	    --max-new-tokens $(or $(MAX_TOKENS),256) --seed 0 --batch-size $(or $(BATCH),36) \
 	    --out runs/$(REASON_RUN)-mas/mas_results.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db --experiment mars-claims
 

@@ -160,7 +160,7 @@ ablate: setup
 # min here), then its final policy against its own start policy on the six shipped benchmarks in
 # the three systems, paired by question, in runs/reason-<recipe>-mas/ (LIMIT questions per
 # benchmark, default 6; MAX_TOKENS, default 256; BATCH, the engine batch, default 36: 6
-# questions x 6 benchmarks, one batch a step; about 40 min here). Resumable: run it again after
+# questions x 6 benchmarks, one batch a step; 36 min here). Resumable: run it again after
 # an interruption (the evaluation keeps a journal). Its model is registered as reason-<recipe>.
 REASON_RECIPE = $(or $(RECIPE),configs/ablations/bases/tic_tac_toe_short.yaml)
 REASON_RUN = reason-$(basename $(notdir $(REASON_RECIPE)))

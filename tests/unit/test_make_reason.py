@@ -37,12 +37,14 @@ def test_reason_makes_the_out_folder_before_the_evaluation():
 
 
 def test_reason_passes_its_knobs_to_the_evaluation():
-    argv = next(a for a in _planned("LIMIT=6", "MAX_TOKENS=128", "BATCH=36",
+    argv = next(a for a in _planned("LIMIT=4", "MAX_TOKENS=128", "BATCH=24",
                                     "RECIPE=configs/learning/generalist.yaml")
                 if "eval" in a and "mas" in a)
+
     def value(flag):
         return argv[argv.index(flag) + 1]
-    assert (value("--limit"), value("--max-new-tokens"), value("--batch-size")) == ("6", "128", "36")
+    knobs = (value("--limit"), value("--max-new-tokens"), value("--batch-size"))
+    assert knobs == ("4", "128", "24")
     assert value("--model") == "runs/reason-generalist/final/model"
     assert value("--baseline") == "runs/reason-generalist/init/prepare_policy/model"
     default = next(a for a in _planned() if "eval" in a and "mas" in a)

@@ -29,7 +29,7 @@ from mars_core.privacy.private import reveal
 from mars_core.privacy.redact import install_log_redaction
 from mars_core.run.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
                                   input_dir)
-from tasks.artifacts import Progress, publish_markdown, publish_table
+from tasks.artifacts import Progress, flush_logs, publish_markdown, publish_table
 from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
@@ -92,6 +92,7 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
         print("strength, start policy vs final policy (normalized return 0-100, 95% intervals; "
               "* = the paired difference clears twice its half-width):\n" + result["strength"])
     _publish_summary(run_dir, run_id, done, result["strength"])
+    flush_logs()  # the summary above reaches the Prefect UI before the process exits
     return {"run_dir": run_dir, "mlflow_run_id": run_id, **result}
 
 

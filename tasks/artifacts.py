@@ -109,3 +109,22 @@ class Progress:
         if self.id is not None:
             _safely(update_progress_artifact, self.id, self._percent(done),
                     description=f"{done}/{self.total} {self.what}")
+
+
+def flush_logs(timeout: float = 30.0) -> None:
+    """Send the flow run's queued log lines to the Prefect API now, waiting up to `timeout` s.
+
+    Prefect sends a run's logs from a background worker and, at interpreter exit, waits only
+    5 s for what is left: on a loaded machine a deployment run's last lines (its summary) never
+    reached the UI. Called as a flow's last step; like publishing, it never decides the run's
+    outcome (a failure is one warning line)."""
+    import inspect
+
+    try:
+        from prefect.logging.handlers import APILogWorker
+
+        pending = APILogWorker.drain_all(timeout=timeout)
+        if inspect.iscoroutine(pending):  # only from async code, where this does not wait
+            pending.close()
+    except Exception as exc:  # noqa: BLE001 - logs are a view; the run's record is kept
+        print(f"warning: the flow's last log lines may not reach Prefect: {redact(str(exc))}")

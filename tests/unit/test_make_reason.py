@@ -6,9 +6,11 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from mars_core.run.layout import final_model_dir, start_model_dir
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
@@ -45,8 +47,9 @@ def test_reason_passes_its_knobs_to_the_evaluation():
         return argv[argv.index(flag) + 1]
     knobs = (value("--limit"), value("--max-new-tokens"), value("--batch-size"))
     assert knobs == ("4", "128", "24")
-    assert value("--model") == "runs/reason-generalist/final/model"
-    assert value("--baseline") == "runs/reason-generalist/init/prepare_policy/model"
+    run = Path("runs/reason-generalist")  # the run folder's layout, asked of its module
+    assert value("--model") == str(final_model_dir(run))
+    assert value("--baseline") == str(start_model_dir(run))
     default = next(a for a in _planned() if "eval" in a and "mas" in a)
     assert default[default.index("--limit") + 1] == "6"  # what docs/claims.md ran
     assert default[default.index("--batch-size") + 1] == "36"

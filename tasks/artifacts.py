@@ -11,6 +11,7 @@ or a tracking server's URL credentials never reach the Prefect API.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -118,8 +119,6 @@ def flush_logs(timeout: float = 30.0) -> None:
     5 s for what is left: on a loaded machine a deployment run's last lines (its summary) never
     reached the UI. Called as a flow's last step; like publishing, it never decides the run's
     outcome (a failure is one warning line)."""
-    import inspect
-
     try:
         from prefect.logging.handlers import APILogWorker
 

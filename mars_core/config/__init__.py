@@ -24,7 +24,7 @@ from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # 
 from mars_core.config.rewards import OUTCOMES, In2AIRewards, RewardsConfig  # noqa: F401
 from mars_core.config.train import (TRAJECTORY_ESTIMATORS, AlgorithmConfig,  # noqa: F401
                                     BatchingConfig, OptimConfig, TrainerConfig)
-from mars_core.games.catalog import check_game
+from mars_core.games.catalog import check_game, check_prompt
 from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
                                        check_suite)
 from mars_core.privacy.redact import redact
@@ -239,6 +239,22 @@ def config_from_dict(data: dict, model: type[BaseModel] | None = None):
         raise ConfigError(f"bad config value for {where!r}: {msg}") from None
 
 
+def _yaml_error(p: Path, e: yaml.YAMLError) -> str:
+    """One line for a YAML error: "config file X, line L, column C: not valid YAML: <problem>
+    (<context> at line L2, column C2)" (PyYAML's marks count from 0, an editor's from 1)."""
+    def at(mark) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if problem is None:  # not a marked error: its first line is all there is
+        problem = (str(e).splitlines() or [type(e).__name__])[0]
+    if context:
+        problem += f" ({context}" + (f" at {at(context_mark)}" if context_mark else "") + ")"
+    where = f", {at(mark)}" if mark is not None else ""
+    return f"config file {p}{where}: not valid YAML: " + " ".join(problem.split())
+
+
 def read_preset(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     """A YAML preset as a dict. `extends: other.yaml` (relative to the preset's folder) names a
     base preset whose values the file's own values override, key by key (chains allowed)."""
@@ -251,7 +267,7 @@ def read_preset(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise ConfigError(_yaml_error(p, e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping of sections")
     base = data.pop("extends", None)
@@ -289,6 +305,7 @@ class GameEvalConfig(_Section):
     @model_validator(mode="after")
     def _fitting_suite(self):
         check_suite(self.suite, POLICY)
+        check_prompt(self.play.prompt, self.suite)
         return self
 
 

@@ -125,7 +125,8 @@ def test_bad_input_is_one_line_and_writes_nothing(empty_cwd, capsys, args, needl
 
 
 def test_bad_files_are_one_line(empty_cwd, tmp_path, capsys):
-    for text, needle in [("run: [1\n", "is not valid YAML"), ("- a\n", "must hold a mapping"),
+    for text, needle in [("run: [1\n", "bad.yaml, line 2, column 1: not valid YAML"),
+                         ("- a\n", "must hold a mapping"),
                          ("run: {iterations: 0}\n", "run.iterations")]:
         rc, _, err = _check(capsys, _bad_yaml(tmp_path, text))
         assert rc == 2 and needle in err and len(err.splitlines()) == 1, err

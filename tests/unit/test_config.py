@@ -44,6 +44,25 @@ def test_missing_and_invalid_files(tmp_path):
         load_config(bad)
 
 
+@pytest.mark.parametrize("text,where,problem", [
+    ("run:\n  seed: 1\n iterations: 2\n", "line 3, column 2",
+     "expected <block end>, but found '<block mapping start>' (while parsing a block mapping "
+     "at line 1, column 1)"),
+    ("run: {seed: 1\n", "line 2, column 1",
+     "(while parsing a flow mapping at line 1, column 6)"),
+    ("run:\n\tseed: 1\n", "line 2, column 1", "found character '\\t' that cannot start any token"),
+    ("run: seed: 1\n", "line 1, column 10", "mapping values are not allowed here"),
+])
+def test_a_yaml_error_names_file_line_and_column(tmp_path, text, where, problem):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"config file {bad}, {where}: not valid YAML: ") and problem in msg, msg
+    assert "\n" not in msg
+
+
 def test_extends_and_overlays_merge_in_order(tmp_path):
     (tmp_path / "base.yaml").write_text("run: {iterations: 7, seed: 3}\nrollout: {temperature: 0.9}\n")
     (tmp_path / "child.yaml").write_text("extends: base.yaml\nrun: {iterations: 5}\n")

@@ -22,11 +22,16 @@ def add_parser(sub) -> None:
                         "ratings plot follows them over the iterations)")
     a.add_argument("--games", type=options.csv, default=None,
                    help="comma-separated competitive games")
-    a.add_argument("--schedule", choices=("round_robin", "sampled"), default=None)
+    a.add_argument("--schedule", choices=("round_robin", "sampled"), default=None,
+                   help="round_robin: every combination of agents, --n games each; sampled: "
+                        "--matches random draws per game (default: the preset's, else "
+                        "round_robin)")
     a.add_argument("--n", type=int, default=None,
                    help="games per agent combination and seat rotation")
     a.add_argument("--matches", type=int, default=None, help="draws per game (sampled schedule)")
-    a.add_argument("--seed", type=int, default=None)
+    a.add_argument("--seed", type=int, default=None,
+                   help="seed of the schedule, the deals and the sampling (default: the "
+                        "preset's)")
     a.add_argument("--reference", default=None,
                    help="a frozen pool YAML: score the --agents / --run checkpoints against it")
     a.add_argument("--save-pool", default=None,

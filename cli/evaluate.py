@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
                    help=f"comma-separated opponents: {', '.join(OPPONENT_SPECS)} (N: MCTS "
                         "simulations; each must fit its game)")
     s.add_argument("--n", type=int, default=None, help="games per game x opponent x seat")
-    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--seed", type=int, default=None,
+                   help="seed of the deals and the policy's sampling (default: the preset's)")
     s.add_argument("--out", default="results.json", help="records file (default: results.json)")
     options.tracking_args(s, "mars-strategic-eval")
     options.overrides(s, "play.max_new_tokens=256")
@@ -73,7 +74,8 @@ def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
                    default=BENCHMARK_SAMPLING.max_new_tokens,
                    help=f"the token limit per reply (default {BENCHMARK_SAMPLING.max_new_tokens}, "
                         "the benchmark protocol's; --max-tokens: its former name)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0,
+                   help="sampling seed: every reply's seed follows from it (default 0)")
     m.add_argument("--batch-size", type=int, default=batch, help=batch_help)
     m.add_argument("--data-dir", default=None,
                    help="benchmark folder (default: $MARS_BENCHMARK_DIR, else ../shared/data/"

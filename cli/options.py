@@ -21,7 +21,8 @@ def tracking_args(p: argparse.ArgumentParser, experiment: str) -> None:
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking URI to log to (default: $MLFLOW_TRACKING_URI; none: no "
                         "logging)")
-    p.add_argument("--experiment", default=experiment)
+    p.add_argument("--experiment", default=experiment,
+                   help=f"MLflow experiment to log to (default: {experiment})")
     p.add_argument("--runs-dir", default="runs",
                    help="local MLflow store for models:/ URIs when no tracking URI is set")
 

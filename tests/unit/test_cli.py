@@ -42,3 +42,32 @@ def test_eval_games_is_the_game_evaluation_and_strategic_still_works():
         "mars: done: 2 records in r.json"
     mas = parser().parse_args(["eval", "mas", "--model", "embedded", "--max-tokens", "9"])
     assert mas.max_new_tokens == 9  # the token limit's former flag
+
+
+def _parsers(p, path="mars"):
+    """Every parser of the CLI (each subcommand's, nested ones too), with its command path;
+    an alias (the same parser under a former name) once."""
+    import argparse
+
+    yield path, p
+    seen: set[int] = set()
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    yield from _parsers(child, f"{path} {name}")
+
+
+def test_every_option_of_every_subcommand_has_help():
+    import argparse
+
+    found, missing = 0, []
+    for path, p in _parsers(parser()):
+        for action in p._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            found += 1
+            if action.help is not argparse.SUPPRESS and not (action.help or "").strip():
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert found > 50 and not missing, f"options without help: {', '.join(missing)}"

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                    help="the same, as `mars train` takes it (so a train command line with "
                         "`train` replaced by `check` checks that run)")
     c.add_argument("--runs-dir", default="runs",
-                   help="where runs live (default: runs): says whether the run is new or resumes")
+                   help="where runs live (default: runs): says whether the run is new, "
+                        "resumes, or is in use by a run in progress")
     c.add_argument("--run-name", default=None, help="run folder name (default: the preset's name)")
     options.overlays(c)
     options.overrides(c, "rollout.temperature=0.8")
@@ -138,7 +139,7 @@ def _cluster_lines(cluster) -> list[str]:
 # -- training -----------------------------------------------------------------------------------
 def _train_plan(path: str, args: argparse.Namespace) -> list[str]:
     from mars_core.config import load_config
-    from tasks.paths import check_run_dir, check_run_name
+    from tasks.paths import check_run_dir, check_run_name, run_dir_holder
 
     given = args.run_name is not None
     name = check_run_name(args.run_name if given else Path(path).stem,
@@ -148,11 +149,15 @@ def _train_plan(path: str, args: argparse.Namespace) -> list[str]:
     lines.append(model_line(cfg.model.path, "model"))
     run_dir = Path(args.runs_dir) / name
     diff = check_run_dir(run_dir, cfg)  # reads only: a folder of another config is refused
+    holder = run_dir_holder(run_dir)  # a run in progress (its lock held), read only
+    verb = "creates" if diff is None else "resumes"
+    then = (f"`mars train` {verb} it" if holder is None else
+            f"in use by {holder}: `mars train` refuses it until that run ends, then {verb} it")
     lines.append(f"run folder: {run_dir} ("
-                 + ("new: `mars train` creates it" if diff is None else
-                    "exists with this config: `mars train` resumes it" if not diff else
+                 + (f"new: {then}" if diff is None else
+                    f"exists with this config: {then}" if not diff else
                     f"exists with this config but for {', '.join(diff)} (changes that leave "
-                    "the results alone): `mars train` resumes it") + ")")
+                    f"the results alone): {then}") + ")")
     lines += _cluster_lines(cfg.cluster)
     from cli.plan import training_plan
 

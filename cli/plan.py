@@ -31,7 +31,10 @@ def suite_games(suite: dict, n: int) -> int:
 
 
 def evaluated_after(iterations: int, every: int) -> list[int]:
-    """The iterations (1-based: iterations trained) after which a run evaluates (train_flow)."""
+    """The iterations (1-based: iterations trained) after which a run evaluates (train_flow).
+    The plan counts every iteration so: iteration k is the folder `iter_{k-1}`, and a
+    curriculum stage's `unlock_at` (0-based: the first iteration index it plays in) is
+    iteration `unlock_at + 1`."""
     if not every:
         return []
     return [k + 1 for k in range(iterations) if (k + 1) % every == 0 or k + 1 == iterations]
@@ -43,12 +46,18 @@ def _stage_lines(cfg, evaluated: list[int]) -> list[str]:
     final = [s for s in layout.FINAL_STAGES if s != layout.STRENGTH or (e.every and e.at_start)]
     it = [s if s != layout.EVALUATE else f"{s} ({_after(evaluated)})"
           for s in layout.ITERATION_STAGES if s != layout.EVALUATE or evaluated]
-    last = layout.iter_name(n - 1)
-    span = layout.iter_name(0) + (f" .. {last}" if n > 1 else "")
     return ["stages, in the order the run writes them:",
             f"  {layout.INIT}/: " + " -> ".join(init),
-            f"  {span} ({n} iteration{'s' * (n != 1)}): " + " -> ".join(it),
+            f"  {_iterations(n)}: " + " -> ".join(it),
             f"  {layout.FINAL}/: " + " -> ".join(final)]
+
+
+def _iterations(n: int) -> str:
+    """The iterations counted as everywhere in the plan, from 1, with their folders (iteration
+    k is `iter_{k-1}`): "iterations 1-4 (iter_0000 .. iter_0003)"."""
+    if n == 1:
+        return f"iteration 1 ({layout.iter_name(0)})"
+    return f"iterations 1-{n} ({layout.iter_name(0)} .. {layout.iter_name(n - 1)})"
 
 
 def _after(ks: list[int]) -> str:
@@ -69,7 +78,8 @@ def _opponents(cfg) -> list[str]:
             lines.append(f"  {game}: {spec}")
         else:
             lines.append(f"  {game}: " + ", ".join(
-                f"{s.opponent} from iteration {s.unlock_at} (weight {s.weight:g})" for s in spec))
+                f"{s.opponent} from iteration {s.unlock_at + 1} (weight {s.weight:g})"
+                for s in spec))
     return lines
 
 

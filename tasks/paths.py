@@ -160,6 +160,27 @@ def unlock_run_dir(run_dir: Path) -> None:
     os.close(fd)  # closing the descriptor releases the flock
 
 
+def run_dir_holder(run_dir: Path) -> str | None:
+    """Who holds the run folder's lock now ("process 123 on host (since ...)"), or None when
+    nobody does (or this process does): read only, nothing created. The lock is tried for an
+    instant, shared, so a `mars train` starting in that instant is refused as "in use" and can
+    simply be run again."""
+    run_dir = Path(run_dir)
+    if str(run_dir.resolve()) in _HELD:
+        return None
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:  # no lock file: never locked
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)  # closing the descriptor releases a lock just taken
+    return None
+
+
 def _holder(fd: int) -> str:
     try:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")

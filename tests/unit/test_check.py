@@ -39,6 +39,7 @@ def test_a_valid_preset_prints_its_plan_and_writes_nothing(empty_cwd, capsys):
     assert f"run folder: {Path('runs') / 'demo'} (new" in out
     # the stages of one iteration, in the layout's order
     iteration = next(line for line in out.splitlines() if "iteration" in line and "->" in line)
+    assert iteration.startswith("  iterations 1-4 (iter_0000 .. iter_0003): ")
     assert iteration.split(": ", 1)[1].split(" -> ")[:-1] == list(layout.ITERATION_STAGES[:-1])
     assert iteration.split(" -> ")[-1].startswith(f"{layout.EVALUATE} (after iteration 4)")
     assert "games: tic_tac_toe" in out and "  tic_tac_toe: bot:mcts-10" in out
@@ -53,8 +54,11 @@ def test_overlays_and_overrides_are_resolved_into_the_plan(empty_cwd, capsys):
                           "--overlay", str(REPO / "configs/scales/smoke.yaml"),
                           "--set", "run.iterations=3", "--set", "evaluation.every=1")
     assert rc == 0 and not err, err
-    assert "(3 iterations)" in out and "after iterations 1, 2, 3" in out
-    assert "from iteration" in out  # the In2AI opponent curriculum, stage by stage
+    # iterations counted from 1 throughout, with their folders (iteration k: iter_{k-1})
+    assert "  iterations 1-3 (iter_0000 .. iter_0002): " in out
+    assert "after iterations 1, 2, 3" in out
+    # the In2AI opponent curriculum, stage by stage: unlock_at 0 is the first iteration
+    assert "bot:random from iteration 1 (weight 1), bot:blotto-focus from iteration 2" in out
 
 
 @pytest.mark.parametrize("preset,expected", [
@@ -151,6 +155,35 @@ def test_a_run_folder_of_another_config_is_refused_and_a_resume_is_named(tmp_pat
                         "trainer.gradient_checkpointing, warmup.micro_batch_size (changes that "
                         "leave the results alone): `mars train` resumes it") in out, err
     assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == before  # no lock taken
+
+
+def test_a_run_in_progress_is_said_to_be_in_use(tmp_path, capsys):
+    """A run folder whose lock another process holds: `mars check` names the holder and says
+    that `mars train` waits for it, and takes nothing itself."""
+    import fcntl
+    import json
+    import os
+
+    from mars_core.config import load_config
+    from tasks.paths import prepare_run_dir
+
+    smoke = str(REPO / "configs/smoke.yaml")
+    run_dir = tmp_path / "smoke"
+    prepare_run_dir(run_dir, load_config(smoke))
+    fd = os.open(run_dir / layout.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # held as lock_run_dir holds it, through a descriptor of its own (another holder)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.pwrite(fd, json.dumps({"pid": 4242, "host": "elsewhere",
+                                  "since": "2026-01-01 00:00:00"}).encode(), 0)
+        rc, out, err = _check(capsys, smoke, "--runs-dir", str(tmp_path))
+        assert rc == 0 and not err, err
+        assert ("exists with this config: in use by process 4242 on elsewhere (since "
+                "2026-01-01 00:00:00): `mars train` refuses it until that run ends, then "
+                "resumes it") in out
+    finally:
+        os.close(fd)
+    rc, out, _ = _check(capsys, smoke, "--runs-dir", str(tmp_path))  # released: a plain resume
+    assert rc == 0 and "exists with this config: `mars train` resumes it)" in out
 
 
 def test_a_model_folder_is_read_and_a_corrupt_one_refused(tmp_path, capsys):

@@ -11,6 +11,7 @@ import re
 import runpy
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Literal
 
@@ -31,13 +32,59 @@ def test_the_generated_pages_are_what_the_code_gives_now(page):
         f"{page} is stale: run `make docs-gen` (.venv/bin/python docs/gen_reference.py)"
 
 
-def test_mkdocs_builds_the_site_strictly(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site as `make docs` builds it (`mkdocs build --strict`), once for this module."""
+    out = tmp_path_factory.mktemp("docs") / "site"
     env = os.environ | {"NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                           str(tmp_path / "site")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+                           str(out)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert (tmp_path / "site" / "reference" / "config.html").exists()
+    return out
+
+
+def test_mkdocs_builds_the_site_strictly(site):
+    assert (site / "reference" / "config.html").exists()
+
+
+class _Loads(HTMLParser):
+    """What a page loads: every <script src> and every <link href> that is a stylesheet (or
+    preloads one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        rel = set((a.get("rel") or "").lower().split())
+        if tag == "script" and a.get("src"):
+            self.urls.append(a["src"])
+        elif tag == "link" and a.get("href") and rel & {"stylesheet", "preload", "modulepreload"}:
+            self.urls.append(a["href"])
+
+
+def test_the_built_site_loads_no_script_or_stylesheet_from_the_network(site):
+    """The site works offline: its scripts and stylesheets are its own files (Mermaid vendored
+    under docs/assets/vendor/mermaid/, so the theme does not fetch it from a CDN)."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    remote = []
+    for page in pages:
+        loads = _Loads()
+        loads.feed(page.read_text())
+        remote += [f"{page.relative_to(site)}: {u}" for u in loads.urls
+                   if re.match(r"(?i)(https?:)?//", u)]
+        for u in loads.urls:  # and each one is in the site (404.html: from the site's root)
+            if not re.match(r"(?i)(https?:)?//", u):
+                path = u.split("?")[0].split("#")[0]
+                found = site / path[1:] if path.startswith("/") else page.parent / path
+                assert found.is_file(), (page, u)
+    assert not remote, "pages load from the network:\n" + "\n".join(remote[:20])
+    loads = _Loads()
+    loads.feed((site / "dag.html").read_text())  # a page with a diagram
+    assert any(u.endswith("assets/vendor/mermaid/mermaid.min.js") for u in loads.urls)
 
 
 def test_a_new_flag_is_missing_from_the_committed_cli_page(monkeypatch):

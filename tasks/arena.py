@@ -74,7 +74,7 @@ def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | 
     if first is None:
         return {}, None
     return engines, PromptBuilder(first[1], cfg.play.prefill, cfg.play.keep_history,
-                                  cfg.max_context_tokens)
+                                  cfg.max_context_tokens, cfg.play.prompt)
 
 
 @task(cache_policy=NO_CACHE)

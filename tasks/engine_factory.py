@@ -23,7 +23,7 @@ def use_bf16(cfg: Config, phase: str) -> bool:
 
 def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
     return PromptBuilder(tokenizer, cfg.rollout.prefill, cfg.rollout.keep_history,
-                         cfg.model.max_context_tokens)
+                         cfg.model.max_context_tokens, cfg.rollout.prompt)
 
 
 def sampling(cfg: Config, seed: int, temperature: float | None = None) -> SamplingParams:

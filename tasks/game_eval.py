@@ -54,7 +54,7 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
         engine = build_engine(model, batch_size=cfg.play.engine_batch_size,
                               bf16=bf16_wanted(cfg.bf16))
         prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
-                                cfg.max_context_tokens)
+                                cfg.max_context_tokens, cfg.play.prompt)
     stats, records, texts = RolloutStats(), [], []
     for game in cfg.suite:  # one game at a time: see the docstring
         recs, episodes = run_suite({game: cfg.suite[game]}, policy, engine, prompts,

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from mars_core.config.base import _Section
-from mars_core.games.catalog import check_game
+from mars_core.games.catalog import check_game, check_prompt
 from mars_core.games.opponents import check_opponents
 from mars_core.vocab import SELF
 
@@ -34,6 +34,10 @@ class PlayConfig(_Section):
     top_k: int = Field(100, ge=0)
     max_new_tokens: int = Field(64, ge=1)
     prefill: Literal["answer", "think", "none"] = "answer"
+    # the games' prompt layout: "paper" (the papers' rules and observations, the fidelity
+    # preset) or "compact" (a few lines of rules, the state in short form, the seat's private
+    # information last; mars_core/games/catalog.py COMPACT_PROMPT_GAMES have one)
+    prompt: Literal["paper", "compact"] = "paper"
     keep_history: bool = True  # MARS keeps the whole conversation; False shows only the state
     engine_batch_size: int = Field(32, ge=1)
     min_p: float = Field(0.0, ge=0, lt=1)
@@ -109,6 +113,7 @@ class RolloutConfig(PlayConfig):
     def _known_games(self):
         for g in self.games:
             check_game(g)
+        check_prompt(self.prompt, self.games)
         if not self.games:
             raise ValueError("rollout.games is empty")
         if len(set(self.games)) != len(self.games):

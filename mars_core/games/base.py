@@ -79,6 +79,14 @@ def format_answer(action: str) -> str:
     return f"{_OPEN}{action}{_CLOSE}"
 
 
+# The prompt layouts a policy can be shown (`play.prompt`): "paper", the rules and observation
+# as the papers word them (the fidelity preset), and "compact", a few lines of rules and the
+# state in short form with the seat's private information last, next to the answer. Both carry
+# the same state and legal actions (tests/unit/test_compact_prompts.py reads them back); the
+# answer format is the same, so the validator, the warm-up and the bots are unchanged.
+PROMPT_STYLES = ("paper", "compact")
+
+
 class GameAdapter(ABC):
     """What the rollout loop needs from a game. `state` is the adapter's own state object."""
 
@@ -125,6 +133,33 @@ class GameAdapter(ABC):
     def observation(self, state: Any, player: int, moves_since: list[tuple[int, str]]) -> str:
         """What `player` sees now: the state, the other seats' moves since its last turn,
         its legal actions and the reply format."""
+
+    # -- the compact prompt layout (games that have one override both) ---------------------
+    def compact_rules(self, player: int) -> str:
+        """The rules in a few lines (the system message of the compact layout)."""
+        raise NotImplementedError(f"{self.name} has no compact prompt layout")
+
+    def compact_observation(self, state: Any, player: int,
+                            moves_since: list[tuple[int, str]]) -> str:
+        """The state in short form, the legal actions, and the seat's private information
+        last (next to the answer)."""
+        raise NotImplementedError(f"{self.name} has no compact prompt layout")
+
+    def prompt_styles(self) -> tuple[str, ...]:
+        """The layouts this game can be shown in."""
+        own = type(self).compact_rules is not GameAdapter.compact_rules
+        return PROMPT_STYLES if own else ("paper",)
+
+    def rules_for(self, player: int, style: str = "paper") -> str:
+        """The system message of `player` in the layout `style`."""
+        return self.compact_rules(player) if style == "compact" else self.rules(player)
+
+    def observation_for(self, state: Any, player: int, moves_since: list[tuple[int, str]],
+                        style: str = "paper") -> str:
+        """What `player` sees now, in the layout `style`."""
+        if style == "compact":
+            return self.compact_observation(state, player, moves_since)
+        return self.observation(state, player, moves_since)
 
     @abstractmethod
     def forfeit_return(self, state: Any, player: int) -> float:

@@ -25,6 +25,18 @@ class _Board(OpenSpielGame):
         ]
         return "\n".join(lines)
 
+    def compact_observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
+        """The legal actions, then the board last (next to the answer)."""
+        return "\n".join([f"You are {self.MARKS[player]}. Legal: "
+                          + " ".join(self.legal_actions(state)), "Board:", self.board(state)])
+
+    def _compact_answer(self, player: int, example: str) -> str:
+        order = "first" if player == 0 else "second"
+        return (f"You are {self.MARKS[player]} ({order} to move); the opponent is "
+                f"{self.MARKS[1 - player]}. Empty cells are _. Answer with one legal action in "
+                f"answer tags, e.g. <answer><{self.MARKS[player]}{example}></answer>. A bad "
+                "answer loses.")
+
     def forfeit_return(self, state, player: int) -> float:
         return -1.0
 
@@ -40,6 +52,11 @@ class TicTacToe(_Board):
     def board(self, state) -> str:
         rows = str(state.s).strip().splitlines()
         return "\n".join(" ".join("_" if c == "." else c.upper() for c in r) for r in rows)
+
+    def compact_rules(self, player: int) -> str:
+        return ("Tic-Tac-Toe on a 3x3 board; three marks in a row, column or diagonal win. "
+                "Cells are (row,col), 0 to 2, row 0 on top.\n"
+                + self._compact_answer(player, "(1,1)"))
 
     def rules(self, player: int) -> str:
         me, other = self.MARKS[player], self.MARKS[1 - player]
@@ -75,6 +92,11 @@ class ConnectFour(_Board):
         rows = str(state.s).strip().splitlines()
         grid = [" ".join("_" if c == "." else c.upper() for c in r) for r in rows]
         return "\n".join([" ".join(str(c) for c in range(self.COLUMNS)), *grid])
+
+    def compact_rules(self, player: int) -> str:
+        return ("Connect Four: 6 rows, 7 columns numbered 0 to 6 (the header line); a piece "
+                "falls to the lowest empty cell of its column. Four in a line wins.\n"
+                + self._compact_answer(player, "(3)"))
 
     def rules(self, player: int) -> str:
         me, other = self.MARKS[player], self.MARKS[1 - player]

@@ -21,9 +21,21 @@ COOPERATIVE_GAMES = ("mini_hanabi", "simple_hanabi")  # every seat shares one sc
 HIDDEN_INFORMATION_GAMES = ("kuhn_poker", "leduc_poker", "mini_hanabi", "simple_hanabi",
                             *MINDGAMES)  # seats hold what others do not see
 NASH_GAMES = ("kuhn_poker", "leduc_poker")  # the games with a stored Nash policy (games/nash.py)
+# the games with a compact prompt layout (GameAdapter.compact_rules; `play.prompt: compact`)
+COMPACT_PROMPT_GAMES = ("tic_tac_toe", "kuhn_poker", "connect_four", "leduc_poker")
 
 
 def check_game(name: str) -> None:
     """Raise ValueError listing the valid names for an unknown game."""
     if name not in GAMES:
         raise ValueError(f"unknown game {name!r}; choose one of: {', '.join(GAMES)}")
+
+
+def check_prompt(style: str, games) -> None:
+    """Raise ValueError when a game has no layout `style` (every game has "paper")."""
+    if style == "paper":
+        return
+    missing = [g for g in games if g not in COMPACT_PROMPT_GAMES]
+    if missing:
+        raise ValueError(f"play.prompt {style}: no compact layout for {', '.join(missing)} "
+                         f"(games with one: {', '.join(COMPACT_PROMPT_GAMES)})")

@@ -28,6 +28,13 @@ def _render_bets(actions: list[str], player: int) -> str:
     return ", ".join(f"{_who(k % 2, player)} {a}" for k, a in enumerate(actions))
 
 
+def _compact_bets(actions: list[str], player: int) -> str:
+    """`you <BET>, opp <PASS>` (the compact layout's betting line)."""
+    if not actions:
+        return "none"
+    return ", ".join(f"{'you' if k % 2 == player else 'opp'} {a}" for k, a in enumerate(actions))
+
+
 class _Poker(OpenSpielGame):
     """What Kuhn and Leduc share: action names by engine id, the observation layout and the
     forfeit rule. Subclasses read their own seat view from the engine (`_view`)."""
@@ -67,6 +74,26 @@ class _Poker(OpenSpielGame):
             _ANSWER_LINE,
         ]
         return "\n".join(lines)
+
+    def compact_observation(self, state, player: int, moves_since: list[tuple[int, str]]) -> str:
+        """The betting so far, the legal actions, then the private card last (next to the
+        answer); Leduc adds the public card and the chips (its bet sizes differ by round)."""
+        view = self._view(state, player)
+        lines = []
+        for r, actions in enumerate(view["rounds"]):
+            label = f"Round {r + 1}" if self.ROUNDS > 1 else "Bets"
+            lines.append(f"{label}: {_compact_bets(actions, player)}")
+        lines += self._compact_situation(view)
+        lines.append("Legal: " + " ".join(self.legal_actions(state)))
+        lines.append(f"Your card: {view['card']}")
+        return "\n".join(lines)
+
+    def _compact_situation(self, view: dict) -> list[str]:
+        return []
+
+    def _compact_answer(self) -> str:
+        return ("Answer with one legal action in answer tags, e.g. "
+                f"<answer><{self.EXAMPLE}></answer>. A bad answer forfeits your chips.")
 
     def _reply_rules(self) -> str:
         return (
@@ -114,6 +141,15 @@ class KuhnPoker(_Poker):
         )
 
 
+    def compact_rules(self, player: int) -> str:
+        return (
+            f"Kuhn poker, you are player {player} ({'first' if player == 0 else 'second'} to "
+            "act). Cards J < Q < K; each player antes 1 chip and holds one card. <PASS> checks, "
+            "or folds to a bet. <BET> bets 1 chip, or calls a bet. At a showdown the higher "
+            "card takes the pot.\n" + self._compact_answer()
+        )
+
+
 class LeducPoker(_Poker):
     """Leduc Hold'em: OpenSpiel action 0 is Fold, 1 Call (or check), 2 Raise (or bet)."""
 
@@ -141,6 +177,21 @@ class LeducPoker(_Poker):
         if view["public"] is None:
             return ["Public card: not dealt yet (it is dealt after round 1)."]
         return [f"Public card: {view['public']}"]
+
+    def _compact_situation(self, view: dict) -> list[str]:
+        mine, theirs = view["chips"]
+        return [f"Public card: {view['public'] or 'not dealt'}",
+                f"Chips in: you {mine}, opp {theirs}"]
+
+    def compact_rules(self, player: int) -> str:
+        return (
+            f"Leduc poker, you are player {player} ({'first' if player == 0 else 'second'} to "
+            "act each round). Six cards: two each of J < Q < K. Each player antes 1 chip and "
+            "holds one card; a public card is dealt after round 1. <CALL> matches (or checks), "
+            "<RAISE> matches and raises 2 chips in round 1, 4 in round 2 (two raises a round at "
+            "most), <FOLD> gives up. At the showdown a pair with the public card wins, else "
+            "the higher card; equal ranks split.\n" + self._compact_answer()
+        )
 
     def rules(self, player: int) -> str:
         order = "you act first" if player == 0 else "your opponent acts first"

@@ -48,13 +48,19 @@ class PromptBuilder:
     that drops earlier reasoning (Qwen3's removes every `<think>` block but the last turn's)
     cannot take it out of the conversation: the model keeps seeing its own reasoning, as
     SPEC section 1 asks, and trains on the exact tokens it was prompted with. Without
-    `keep_history` each prompt is the rules and the current observation only."""
+    `keep_history` each prompt is the rules and the current observation only. `style` is the
+    games' prompt layout (`mars_core.games.base.PROMPT_STYLES`: the papers' wording, or the
+    compact one)."""
 
     MARKER = "MARS-REPLY-MARKER"  # stands for a reply when reading the template's turn ending
 
     def __init__(self, tokenizer, prefill: str = "answer", keep_history: bool = True,
-                 max_context_tokens: int = 2048) -> None:
+                 max_context_tokens: int = 2048, style: str = "paper") -> None:
+        if style not in gb.PROMPT_STYLES:
+            raise ValueError(f"unknown prompt layout {style!r}; choose one of: "
+                             + ", ".join(gb.PROMPT_STYLES))
         self.tokenizer = tokenizer
+        self.style = style
         self.prefill = PREFILLS[prefill]
         self.keep_history = keep_history
         self.max_context_tokens = max_context_tokens
@@ -99,6 +105,7 @@ class _Live:
     state: object
     bots: dict[int, object]
     rules: list[str]  # each seat's system message
+    style: str  # the prompt layout (PromptBuilder.style)
     moves_since: list[list[tuple[int, str]]]
     conversation: list[list[int]] = field(default_factory=list)  # keep_history: ids so far
     turns: list[dict] = field(default_factory=list)
@@ -108,22 +115,26 @@ class _Live:
     error: str = ""
 
 
-def _start(spec: EpisodeSpec) -> _Live:
+def _start(spec: EpisodeSpec, style: str = "paper") -> _Live:
     adapter = make_game(spec.game)
+    if style not in adapter.prompt_styles():
+        raise ValueError(f"{spec.game} has no {style!r} prompt layout; it has: "
+                         + ", ".join(adapter.prompt_styles()))
     if len(spec.agents) != adapter.num_players:
         raise ValueError(f"{spec.game} needs {adapter.num_players} agents, got {len(spec.agents)}")
     bots = {p: make_bot(a, adapter, spec.seed * 1000 + p) for p, a in enumerate(spec.agents)
             if is_bot(a)}
     n = adapter.num_players
     return _Live(spec, adapter, adapter.new_state(spec.seed), bots,
-                 rules=[adapter.rules(p) for p in range(n)], moves_since=[[] for _ in range(n)],
+                 rules=[adapter.rules_for(p, style) for p in range(n)], style=style,
+                 moves_since=[[] for _ in range(n)],
                  conversation=[[] for _ in range(n)], unclaimed=[0.0] * n)
 
 
 def _observe(g: _Live, prompts: PromptBuilder | None) -> dict:
     """Open the next turn: the observation for the seat to move and its prompt ids."""
     p = g.adapter.current_player(g.state)
-    obs = g.adapter.observation(g.state, p, g.moves_since[p])
+    obs = g.adapter.observation_for(g.state, p, g.moves_since[p], g.style)
     g.moves_since[p] = []
     if prompts is None:
         ids = []
@@ -240,7 +251,7 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] |
     `sampling` for the games it names. `stop()`, asked before each round of engine calls,
     ends the play with PlayStopped (games played in a thread whose flow is failing)."""
     engines = engine if isinstance(engine, dict) else None
-    live = [_start(s) for s in specs]
+    live = [_start(s, prompts.style if prompts is not None else "paper") for s in specs]
     done: dict[int, Episode] = {}
     stats = stats if stats is not None else RolloutStats()
     bar = tqdm(total=len(specs), desc="rollout", unit="game", disable=not progress, leave=False)

@@ -1,0 +1,1 @@
+"""The learning lab: exact references and the capacity probe (docs/lab.md)."""

@@ -1,0 +1,93 @@
+"""The learning lab: Kuhn Poker's exact references, the per-state baseline against them, and the
+capacity probe on a tiny model."""
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+
+import polars as pl
+import pytest
+
+from mars_core.advantages.estimators import compute_advantages
+from mars_core.lab import kuhn
+from mars_core.rollout.play import EpisodeSpec, play_episodes
+from mars_core.types import SamplingParams, turns_frame
+from tests.conftest import REPO
+
+
+def test_the_best_response_to_random_folds_only_j_facing_a_bet():
+    br = kuhn.best_response()
+    assert len(br) == 12 and len(kuhn.info_states()) == 12
+    assert {k for k, bet in br.items() if not bet} == {"Jb", "Jpb"}
+    q = kuhn.action_values(br, kuhn.UNIFORM)
+    assert q["Jb"] == (-1.0, -2.0) and q["Kb"] == (-1.0, 2.0)  # fold J, call K
+    assert q["J"] == (-1.0, -0.5)  # bluffing J beats checking against a random caller
+    # the best response's value over both seats (random opens with a bet half the time):
+    # 0.458 chips, the normalized return (range -2..2) of 61.5 the docs name
+    v = kuhn.state_value(br, q)
+    value = (sum(v[c] for c in "JQK") / 3 + sum(v[c + "p"] + v[c + "b"] for c in "JQK") / 6) / 2
+    assert (value + 2) / 4 * 100 == pytest.approx(61.46, abs=0.01)
+
+
+def _random_play(n: int) -> pl.DataFrame:
+    specs = [EpisodeSpec(f"e{i}", "kuhn_poker", i, ("bot:random", "bot:random"))
+             for i in range(n)]
+    episodes = play_episodes(specs, None, None, SamplingParams(), progress=False)
+    df = turns_frame(episodes)
+    return df.with_columns(pl.col("game_reward").alias("reward"))
+
+
+def test_a_per_state_baseline_matches_the_exact_advantages():
+    """Turns grouped by their information state (the observation) get, on average, exactly
+    Q(I, a) - V(I) of the policy that played them; grouped by seat (MARS's default) they do
+    not: the baseline is then the seat's value, not the state's."""
+    df = _random_play(6000)
+    q = kuhn.action_values(kuhn.UNIFORM, kuhn.UNIFORM)
+    v = kuhn.state_value(kuhn.UNIFORM, q)
+    exact = {(k, a): q[k][a] - v[k] for k in q for a in (0, 1)}
+
+    def mean_advantage(group_keys):
+        adv = compute_advantages(df, "mars", group_keys=group_keys)
+        sums = defaultdict(list)
+        for obs, action, a in adv.select("observation", "action", "advantage").iter_rows():
+            card, history, _ = kuhn.read_decision(obs)
+            sums[(card + history, int(action == "<BET>"))].append(a)
+        return {key: sum(x) / len(x) for key, x in sums.items()}
+
+    per_state = mean_advantage(("game", "role", "observation"))
+    assert set(per_state) == set(exact)
+    worst = max(abs(per_state[k] - exact[k]) for k in exact)
+    assert worst < 0.25, worst
+    per_seat = mean_advantage(("game", "role"))
+    assert max(abs(per_seat[k] - exact[k]) for k in exact) > 1.0  # K's bet is not J's
+
+
+def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_dir, tmp_path):
+    from mars_core.lab.probe import Arm, fit, items
+
+    arm = Arm("tiny", style="compact", rank=4, lr=1e-2)
+    curve = fit(tiny_model_dir, arm, steps=2, stop_at_fit=False)
+    assert [s["step"] for s in curve.steps] == [0, 1, 2]
+    assert all(len(s["p_bet"]) == 12 and 0 <= s["n_best"] <= 12 for s in curve.steps)
+    assert curve.steps[0]["p_bet"] != curve.steps[2]["p_bet"]  # it trained
+    from mars_core.models.weights import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    paper, compact = items(tok, "paper"), items(tok, "compact")
+    assert [i.label for i in paper] == [i.label for i in compact]
+    assert sum(len(i.prompt) for i in compact) < 0.6 * sum(len(i.prompt) for i in paper)
+
+    import subprocess
+
+    out = tmp_path / "probe"
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), "--model",
+                          str(tiny_model_dir), "--out", str(out), "--steps", "1", "--arms", "1",
+                          "--bf16", "off"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = json.loads((out / "probe.json").read_text())
+    assert list(table) == ["1"] and (out / "probe.png").stat().st_size > 0
+    assert "| 1 | compact, LoRA r16 attention, lr 1e-4 |" in (out / "probe.md").read_text()
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), "--arms", "9",
+                          "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["--arms: no arm 9 (0 to 4)"]

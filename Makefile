@@ -7,8 +7,9 @@ export HF_DATASETS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
+export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -142,6 +143,12 @@ learn: setup
 	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_vs_random.yaml) \
 	    $(if $(RUN),--run-name $(RUN))
 
+# The learning lab (docs/lab.md): the capacity probe, i.e. Kuhn Poker's best response fitted by
+# supervision per parametrization and prompt layout, steps and seconds to fit (resumable; the
+# table and plot in runs/lab/probe/; ARMS=1,2 for some arms, STEPS=n).
+lab: setup
+	$(PY) bench/lab.py --out runs/lab/probe --steps $(or $(STEPS),30) $(if $(ARMS),--arms $(ARMS))
+
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
 # agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),
 # each over Kuhn Poker with the method's update cut at its plateau (configs/ablations/bases/,
@@ -206,3 +213,22 @@ clean-registry:
 	@echo "make clean-registry deletes the model registry: $(RUNS)/mlflow.db* and $(RUNS)/mlartifacts (every registered version)"; \
 	if [ "$(CONFIRM)" != 1 ]; then echo "nothing deleted: run 'make clean-registry CONFIRM=1' to delete it"; exit 1; fi; \
 	rm -rf -- $(RUNS)/mlflow.db $(RUNS)/mlflow.db-* $(RUNS)/mlartifacts
+
+# The GPU path checked in one prepared device call (bench/gpu_check.py; docs/gpu.md, "What was
+# measured on a GPU"): the CUDA tests, the card's bf16 matmul peak, the PPO update of Qwen3-0.6B-
+# and 4B-shaped models (tokens/s, memory, MFU), engine generation tokens/s, the bf16 behaviour
+# gap, one real iteration where its packages are there; one JSON and one Markdown table in OUT.
+# `make gpu-carry` (here, once) builds .gpu-carry/: the wheels the GPU image lacks (pydantic,
+# for its Python 3.12) and the embedded tokenizer, its size with the working tree checked
+# against the call's 64 MiB. On the device machine (no .venv there: its python3):
+# `make gpu-check OUT=$OUT`, carrying .gpu-carry. `make gpu-check TINY=1`: the CPU dry run
+# (tests/unit/test_gpu_check.py runs it in `make test`).
+.PHONY: gpu-carry gpu-check
+GPU_CARRY := .gpu-carry
+GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)
+gpu-carry: setup
+	$(PY) bench/gpu_check.py --build-carry $(GPU_CARRY)
+
+gpu-check:
+	PYTHONUNBUFFERED=1 $(GPU_PY) bench/gpu_check.py --carry $(GPU_CARRY) \
+	    --out $(or $(OUT),runs/gpu-check) $(if $(TINY),--tiny)

@@ -39,7 +39,8 @@ def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
 @task(task_run_name=REPLAYS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
 def write_iteration_replays(run_dir: str, k: int) -> dict:
     """Iteration k's replay pages (resumable; logged to MLflow once the pages exist)."""
-    n = read_config(Path(run_dir)).tracking.replays_per_iteration
+    cfg = read_config(Path(run_dir))
+    n = cfg.tracking.replays_per_iteration
     if n == 0:
         return {}
 
@@ -47,7 +48,7 @@ def write_iteration_replays(run_dir: str, k: int) -> dict:
         turns = input_dir(run_dir, k, reader=REPLAYS, stage=ASSIGN_REWARDS)
         samples = input_dir(run_dir, k, reader=REPLAYS, stage=COMPUTE_ADVANTAGES) / SAMPLES_FILE
         picked = pick_spread(load_stage(turns, samples, k), n)
-        pages = write_replays(picked, out)
+        pages = write_replays(picked, out, prompt=cfg.rollout.prompt)
         save_picked(out, picked)
         return {"replays/pages": float(len(pages))}
 

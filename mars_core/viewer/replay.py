@@ -256,11 +256,16 @@ def arena_seats(arena, n: int) -> list[dict] | None:
     return [{"result": at(res, p), "cause": at(cause, p)} for p in range(n)]
 
 
-def replay_data(episode: Episode, advantages: dict[int, float] | None = None) -> dict:
+def replay_data(episode: Episode, advantages: dict[int, float] | None = None,
+                prompt: str = "paper") -> dict:
     """Everything the page shows for one episode, JSON-able: the episode's facts and `steps`,
-    one per turn (`kind: "turn"`) plus a last `kind: "end"` step with the results."""
+    one per turn (`kind: "turn"`) plus a last `kind: "end"` step with the results. `prompt`:
+    the prompt layout the episode was played in (the rules shown are that layout's)."""
     adapter = _adapter(episode.game)
-    rules = {p: adapter.rules(p) if adapter else "" for p in {t.player for t in episode.turns}}
+    if adapter is not None and prompt not in adapter.prompt_styles():
+        prompt = "paper"
+    rules = {p: adapter.rules_for(p, prompt) if adapter else ""
+             for p in {t.player for t in episode.turns}}
     steps = [_turn_step(t, rules[t.player], advantages) for t in episode.turns]
     info = _facts(episode.info)
     arena = info.get("arena") if isinstance(info, dict) else None
@@ -341,9 +346,10 @@ def page_name(episode_id: str) -> str:
 def write_replays(episodes: list[ReplayEpisode | Episode], out_dir: str | Path,
                   limit: int | None = None,
                   pick: Callable[[list[ReplayEpisode], int], list[ReplayEpisode]] = pick_spread,
-                  ) -> list[Path]:
+                  prompt: str = "paper") -> list[Path]:
     """One page per episode (`<episode_id>.html`) of `pick(episodes, limit)` (all of them
-    without a limit) plus `index.html` linking them. Returns the episode pages written."""
+    without a limit) plus `index.html` linking them (`prompt`: the games' prompt layout).
+    Returns the episode pages written."""
     replays = [e if isinstance(e, ReplayEpisode) else ReplayEpisode(e) for e in episodes]
     chosen = replays if limit is None else pick(replays, limit)
     if not chosen:
@@ -358,7 +364,7 @@ def write_replays(episodes: list[ReplayEpisode | Episode], out_dir: str | Path,
         used.add(name)
         ep = r.episode
         title = f"{ep.game} · {ep.episode_id}"
-        (out / name).write_text(replay_html(replay_data(ep, r.advantages), title), encoding="utf-8")
+        (out / name).write_text(replay_html(replay_data(ep, r.advantages, prompt), title), encoding="utf-8")
         pages.append(out / name)
     (out / "index.html").write_text(_index(chosen, pages), encoding="utf-8")
     return pages

@@ -97,3 +97,8 @@ def test_games_are_played_and_recorded_in_the_compact_layout(tokenizer):
         assert "Kuhn poker, you are player" in text and t.observation in text
         assert kuhn.read_decision(t.observation) is not None
         assert "Your private card" not in text
+    from mars_core.viewer.replay import replay_data
+
+    shown = replay_data(episodes[0], prompt="compact")["steps"][0]["rules"]
+    assert shown.startswith("Kuhn poker, you are player")  # the rules it was played with
+    assert replay_data(episodes[0])["steps"][0]["rules"].startswith("You are playing Kuhn")

@@ -7,6 +7,7 @@ export HF_DATASETS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate reason prefect-ui mlflow-ui services clean clean-registry
 

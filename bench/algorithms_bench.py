@@ -6,6 +6,8 @@ reference model takes (what `algorithm.kl_coef: 0` saves).
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import time
 

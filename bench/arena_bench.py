@@ -6,6 +6,8 @@ and bot-only matches per second through the real game loop.
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import random
 import time

@@ -13,6 +13,8 @@ games played with all pending turns in one engine call and one prompt per call.
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import time
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 from mars_core.run.layout import METRICS_FILE, TRAIN_STEP, stage_dir  # noqa: E402
 
 KEYS = ("train/loss", "train/pg_loss", "train/grad_norm", f"time/{TRAIN_STEP}")

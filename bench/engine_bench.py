@@ -31,6 +31,8 @@ too (in blocks of 16 tokens), counted as the in-process engine's.
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import time
 from dataclasses import dataclass, field

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 
 from eval import grader_pool, graders  # noqa: E402
 from eval.benchmarks import BENCHMARKS, LETTERS, SHIPPED, load  # noqa: E402

@@ -15,6 +15,8 @@ revision, side by side, in one run on this machine. Prints figures; asserts noth
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import json
 import os

@@ -20,6 +20,8 @@ Training is `mars train` (resumable: run it again to continue). Written beside t
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import json
 import re

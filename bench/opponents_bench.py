@@ -10,6 +10,8 @@ figures; asserts nothing. This is what decides the cost of the strategic suite o
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import time
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 from mars_core.run import offline  # noqa: E402
 
 offline.apply()

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import glob
 import json

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 from mars_core.run import offline  # noqa: E402
 
 offline.apply()

@@ -5,6 +5,8 @@ the Action Validator's and the post-episode stages' time per step, and prompt si
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import statistics
 import time

@@ -33,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 
 
 def replay(run: Path, k: int, repeat: int) -> list[dict]:

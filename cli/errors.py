@@ -87,3 +87,21 @@ def prefect_outage(e: BaseException) -> str | None:
                     "again to resume")
         seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     return None
+
+
+def prefect_start_timeout(e: BaseException) -> str | None:
+    """The one line for Prefect's temporary server not answering in time (a `mars` command
+    without PREFECT_API_URL, on a loaded machine; the wait `mars` gives it:
+    mars_core/run/threads.py); None: another error."""
+    from mars_core.run.threads import PREFECT_STARTUP_TIMEOUT
+
+    seen = e
+    while seen is not None:
+        if "Timed out while attempting to connect to ephemeral Prefect API server" in str(seen):
+            from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait
+
+            return (f"Prefect's temporary API server did not answer within its {wait.value()} s "
+                    f"(a busy machine?): set {PREFECT_STARTUP_TIMEOUT} higher, or start a server "
+                    "(`mars services`) and set PREFECT_API_URL; then run the same command again")
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None

@@ -36,11 +36,13 @@ shared checks in `cli/checks.py`, what is reported as one line in `cli/errors.py
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first, before anything loads torch or Prefect)
+
 import sys
 
 from cli import signals
 from cli.commands import COMMANDS, parser
-from cli.errors import check_prefect_api, one_line_errors, prefect_outage
+from cli.errors import check_prefect_api, one_line_errors, prefect_outage, prefect_start_timeout
 from mars_core.run import offline
 from mars_core.privacy.redact import redact_urls
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mars: error: {redact_urls(str(e))}", file=sys.stderr)  # a URL's password too
         return 2
     except Exception as e:
-        lost = prefect_outage(e)
+        lost = prefect_start_timeout(e) or prefect_outage(e)
         if lost is None:
             raise
         print(f"mars: error: {lost}", file=sys.stderr)

@@ -5,6 +5,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import mars_core.run.threads  # noqa: F401  (OpenMP's wait policy, the Prefect start timeout)
+
 for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
                "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}.items():

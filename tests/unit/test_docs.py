@@ -171,12 +171,22 @@ _PATH = re.compile(r"`((?:mars_core|tasks|flows|cli|eval|bench|configs|tests|doc
                    r"/[\w./-]*)`")
 
 
+_MODULE = re.compile(r"`([\w-]+\.py)`")  # a bare module name, such as `reference.py`
+
+
 def test_every_repository_path_the_docs_name_exists():
+    """A path from the repository root exists; so does a module named bare (some file of
+    that name: the run outputs the docs name bare, .json or .md, are not checked)."""
     missing = []
+    modules = {p.name for d in ("mars_core", "tasks", "flows", "cli", "eval", "bench", "tests",
+                                "docs", ".ci") for p in (REPO / d).rglob("*.py")}
     for page in PAGES:
-        for path in _PATH.findall(page.read_text()):
+        text = page.read_text()
+        for path in _PATH.findall(text):
             if not (REPO / path.rstrip("/")).exists():
                 missing.append(f"{page.relative_to(REPO)}: {path}")
+        missing += [f"{page.relative_to(REPO)}: {name}" for name in _MODULE.findall(text)
+                    if name not in modules]
     assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
 
 

@@ -41,6 +41,7 @@ def add_parser(sub) -> None:
                    help="games written as replay pages beside --out (default 4; 0: none)")
     options.tracking_args(a, "mars-arena")
     options.overrides(a, "play.max_new_tokens=128")
+    options.verbose(a)
 
 
 def check(args: argparse.Namespace) -> None:

@@ -59,6 +59,7 @@ def add_parser(sub) -> None:
     c.add_argument("--experiment", default="mars-ablations", help="MLflow experiment of the table")
     options.overlays(c)
     options.overrides(c, "run.iterations=2")
+    options.verbose(c)
 
 
 def _name(args: argparse.Namespace) -> str:

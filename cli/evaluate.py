@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
     s.add_argument("--out", default="results.json", help="records file (default: results.json)")
     options.tracking_args(s, "mars-strategic-eval")
     options.overrides(s, "play.max_new_tokens=256")
+    options.verbose(s)
     m = e.add_parser("mas", help="reasoning benchmarks inside multi-agent systems (debate, "
                                  "assistant/user proxy, single agent)")
     m.add_argument("--baseline", default=None,
@@ -86,6 +87,7 @@ def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
                    help="your GPQA-Diamond CSV (gated: read in place, never copied or logged)")
     m.add_argument("--out", default=out, help=f"results file (default: {out})")
     options.tracking_args(m, "mars-mas-eval")
+    options.verbose(m)
 
 
 def check(args: argparse.Namespace) -> None:

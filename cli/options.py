@@ -27,6 +27,28 @@ def tracking_args(p: argparse.ArgumentParser, experiment: str) -> None:
                    help="local MLflow store for models:/ URIs when no tracking URI is set")
 
 
+class _Verbose(argparse.Action):
+    """`--verbose`: MARS_VERBOSE=1 for this process and its children, set while parsing (before
+    any model is loaded or dataset logged), so the progress bars and third-party notes that
+    `mars_core.run.offline.quiet_logs` keeps out come back."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from mars_core.run import offline
+
+        os.environ[offline.VERBOSE] = "1"
+        setattr(namespace, self.dest, True)
+
+
+def verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", action=_Verbose,
+                   help="show third-party progress bars and notes kept out by default (the "
+                        "model conversion's bars, DeepSpeed's accelerator guess, MLflow's "
+                        "dataset-source warning); same as MARS_VERBOSE=1")
+
+
 def overrides(p: argparse.ArgumentParser, example: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help=f"override a config value, e.g. --set {example}")

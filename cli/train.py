@@ -15,6 +15,7 @@ def add_parser(sub) -> None:
     t.add_argument("--run-name", default=None, help="run folder name (default: the preset's name)")
     options.overlays(t)
     options.overrides(t, "rollout.temperature=0.8")
+    options.verbose(t)
 
 
 def check(args: argparse.Namespace) -> None:

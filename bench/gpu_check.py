@@ -37,7 +37,8 @@ not fit beside them: where it is missing, a placeholder module stands in (`mars_
 builds its Parquet schemas at import; this check reads and writes no Parquet), and the step
 that needs the real one (the iteration) says so. At start the script unpacks the carried
 wheels that this interpreter can use and lacks into a temporary folder on sys.path.
-`MARS_GPU_CHECK_HIDE=pydantic,polars` hides packages (tests: a package missing on the GPU).
+`MARS_GPU_CHECK_HIDE=pydantic,polars` hides packages (tests: a package missing on the GPU);
+`MARS_GPU_CHECK_STALL=matmul` makes a step hang (tests: `--deadline` stops it).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,6 +95,11 @@ TINY = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hid
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
 
 
+class StepTimeout(BaseException):
+    """A step still running at --deadline (raised from SIGALRM: BaseException, so no step's
+    own `except Exception` swallows it)."""
+
+
 class Missing(Exception):
     """A step cannot run: a package (or the model) is missing. One line, no traceback."""
 
@@ -113,6 +120,8 @@ class _Hide(importlib.abc.MetaPathFinder):
 HIDDEN = [n.strip() for n in os.environ.get("MARS_GPU_CHECK_HIDE", "").split(",") if n.strip()]
 if HIDDEN:
     sys.meta_path.insert(0, _Hide(HIDDEN))
+# MARS_GPU_CHECK_STALL=matmul: that step hangs (tests of --deadline)
+STALL = {n.strip() for n in os.environ.get("MARS_GPU_CHECK_STALL", "").split(",") if n.strip()}
 
 
 def have(name: str) -> bool:
@@ -539,7 +548,7 @@ def step_ppo(ctx: Ctx) -> dict:
             ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), not ctx.tiny, "torch")]
     for label, config, ckpt, backend in plan:
         name = f"{label} ({backend})"
-        if ctx.left() < 30 and not ctx.tiny:
+        if ctx.left() < 60 and not ctx.tiny:
             errors.append(f"{name}: not run (out of time)")
             continue
         try:
@@ -706,6 +715,8 @@ def step_deepspeed(ctx: Ctx) -> dict:
     """The same update through the DeepSpeed backend (ZeRO-2, one rank: bench/gpu_bench.py's
     path), last: its first start may compile a helper (on a CPU it does, for minutes)."""
     need("transformers", "pydantic", "polars", "deepspeed")
+    if ctx.left() < 90 and not ctx.tiny:
+        return {"not_run": f"out of time ({ctx.left():.0f} s of --budget left; it needs 90)"}
     if not ctx.args.deepspeed:
         return {"not_run": "on a CPU DeepSpeed first compiles a helper (minutes): --deepspeed "
                            "runs it"}
@@ -815,8 +826,10 @@ def main(argv=None) -> int:
     p.add_argument("--check-carry", type=Path, metavar="DIR", help="check a carry folder's size "
                    "with the working tree against 64 MiB, and exit")
     p.add_argument("--only", default=",".join(STEPS), help=f"steps to run (of {','.join(STEPS)})")
-    p.add_argument("--budget", type=float, default=480.0, help="seconds; a step that would "
-                   "start after it is skipped (a device call is at most 600 s)")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds; no step starts after "
+                   "it (a device call is at most 600 s)")
+    p.add_argument("--deadline", type=float, default=540.0, help="seconds; a step still running "
+                   "then is stopped, and the files are written")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--tests-timeout", type=float, default=240.0)
     p.add_argument("--seq", type=int, default=1024)
@@ -862,7 +875,7 @@ def main(argv=None) -> int:
     ctx = Ctx(args, device, site, log)
     ctx.card = torch.cuda.get_device_name() if device == "cuda" else \
         f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores; no GPU)"
-    ctx.left = lambda: args.budget - (time.perf_counter() - started)
+    ctx.left = lambda: min(args.budget, args.deadline) - (time.perf_counter() - started)
     if args.deepspeed is None:
         args.deepspeed = device == "cuda"
     report = {"card": ctx.card, "device": device,
@@ -881,6 +894,17 @@ def main(argv=None) -> int:
     unknown = [s for s in wanted if s not in STEPS]
     if unknown:
         p.error(f"unknown step {unknown[0]!r} (steps: {', '.join(STEPS)})")
+    def write() -> None:  # after every step: a call cut short still brings its figures back
+        report["seconds"] = time.perf_counter() - started
+        (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "gpu_check.md").write_text(markdown(report))
+
+    def overrun(signum, frame):
+        raise StepTimeout(f"ran past the deadline (--deadline {args.deadline:.0f} s)")
+
+    timed = hasattr(signal, "SIGALRM")
+    if timed:
+        signal.signal(signal.SIGALRM, overrun)
     for i, name in enumerate(STEPS, 1):
         entry = {"name": name, "status": "skipped", "seconds": 0.0, "reason": "", "results": None}
         report["steps"].append(entry)
@@ -888,11 +912,17 @@ def main(argv=None) -> int:
             entry["reason"] = "not asked for (--only)"
             continue
         if ctx.left() <= 0:
-            entry["reason"] = f"out of time (--budget {args.budget:.0f} s)"
+            entry["reason"] = (f"out of time (no step starts after --budget {args.budget:.0f} s "
+                               f"or --deadline {args.deadline:.0f} s)")
             print(f"[{i}/{len(STEPS)}] {name}: skipped, {entry['reason']}", flush=True)
+            write()
             continue
         t0 = time.perf_counter()
         try:
+            if timed:  # a step still running at the deadline is stopped
+                signal.setitimer(signal.ITIMER_REAL, max(0.1, args.deadline - (t0 - started)))
+            if name in STALL:  # tests: a step that hangs (a compile that never ends)
+                time.sleep(3600)
             entry["results"] = STEP_FUNCS[name](ctx)
             entry["status"] = "ok"
         except Missing as e:
@@ -900,11 +930,14 @@ def main(argv=None) -> int:
         except ModuleNotFoundError as e:
             entry["reason"] = f"missing package: {(e.name or str(e)).split('.')[0]}"
             log.write(f"[{name}]\n{traceback.format_exc()}\n")
-        except Exception as e:  # noqa: BLE001  (each step fails alone)
+        except (Exception, StepTimeout) as e:  # noqa: BLE001  (each step fails alone)
             entry["status"] = "failed"
             entry["reason"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
             log.write(f"[{name}]\n{traceback.format_exc()}\n")
             _free(ctx)
+        finally:
+            if timed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
         entry["seconds"] = time.perf_counter() - t0
         if entry["status"] == "ok" and isinstance(entry["results"], dict) \
                 and "not_run" in entry["results"]:
@@ -913,12 +946,10 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(STEPS)}] {name}: {entry['status']} ({entry['seconds']:.1f} s) {shown}",
               flush=True)
         log.flush()
-    report["seconds"] = time.perf_counter() - started
+        write()
     log.close()
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = markdown(report)
-    (out / "gpu_check.md").write_text(md)
-    print("\n" + md, flush=True)
+    write()
+    print("\n" + markdown(report), flush=True)
     print(f"wrote {out / 'gpu_check.json'} and gpu_check.md ({report['seconds']:.0f} s)")
     return 1 if any(s["status"] == "failed" for s in report["steps"]) else 0
 

@@ -86,6 +86,19 @@ def test_a_missing_package_is_one_line_naming_it_and_the_other_steps_run(tmp_pat
     assert "missing package: pydantic" in (tmp_path / "gpu_check.md").read_text()
 
 
+def test_a_step_past_the_deadline_is_stopped_and_the_files_are_still_written(tmp_path):
+    """A step that hangs (a compile that never ends) is stopped at --deadline; no later step
+    starts, and the files say so."""
+    proc = _run(tmp_path, "--only", "matmul,generate", "--deadline", "10",
+                env={"MARS_GPU_CHECK_STALL": "matmul"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    status = {s["name"]: (s["status"], s["reason"]) for s in report["steps"]}
+    assert status["matmul"] == ("failed", "StepTimeout: ran past the deadline (--deadline 10 s)")
+    assert status["generate"][0] == "skipped" and "out of time" in status["generate"][1]
+    assert (tmp_path / "gpu_check.md").exists()
+
+
 def test_the_carry_size_is_checked_against_the_calls_limit(tmp_path):
     gc = _module()
     assert gc.LIMIT_BYTES == 64 * 2**20

@@ -11,8 +11,9 @@ naming it, not a traceback; the full tracebacks go to gpu_check.log in the outpu
 2. `matmul`: the card's bf16 matrix-product peak, measured in this call (8192^3, median of 10);
 3. `ppo_update`: the project's PPO update (`mars_core.training.trainer.ppo_update` with its
    `TorchUpdater`, the `trainer.backend: torch` path: fp32 master weights, AdamW, bf16
-   autocast) on Qwen3-0.6B- and Qwen3-4B-shaped models with random weights: tokens/s, peak
-   memory, MFU against step 2's peak (and the datasheet's);
+   autocast) on Qwen3-0.6B- and Qwen3-4B-shaped models with random weights (the 4B also with
+   the learning presets' LoRA rank 16 and KL): tokens/s, peak memory, MFU against step 2's
+   peak (and the datasheet's);
 4. `generate`: generated tokens/s of the in-process engine (`mars_core.engines.hf.HFEngine`,
    fp32 weights under bf16 autocast, as `model.bf16` runs it) at a few batch sizes;
 5. `behaviour_gap`: the engine's recorded log-probs (bf16 autocast, and fp32) against the
@@ -473,11 +474,18 @@ def _deepspeed_env() -> None:
         os.environ.setdefault(k, v)
 
 
-def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch") -> dict:
+def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch",
+            lora_rank: int = 0) -> dict:
+    """One shape's update, timed. `lora_rank`: the learning presets' way (`trainer.lora`,
+    adapters on the attention projections, kl_coef 0.05 against the start policy with the
+    adapters off); its FLOPs are counted as the full update's 6N a token, which for LoRA is the
+    forward and input-gradient 4N plus the reference's 2N forward."""
     import torch
 
-    need("pydantic", *(("deepspeed",) if backend == "deepspeed" else ()))
-    from mars_core.config.train import AlgorithmConfig, DeepSpeedConfig, OptimConfig, TrainerConfig
+    need("pydantic", *(("deepspeed",) if backend == "deepspeed" else ()),
+         *(("peft",) if lora_rank else ()))
+    from mars_core.config.train import (AlgorithmConfig, DeepSpeedConfig, LoraConfig, OptimConfig,
+                                        TrainerConfig)
     from mars_core.training.trainer import (TorchUpdater, enable_gradient_checkpointing,
                                             make_optimizer, ppo_update)
 
@@ -491,8 +499,13 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
     n_params = sum(p.numel() for p in model.parameters())
     enable_gradient_checkpointing(model, grad_ckpt)
     optim = OptimConfig(lr=1e-6, warmup_steps=0, micro_batch_size=micro, minibatches=1)
-    algo = AlgorithmConfig(kl_coef=0.0)
-    engine = opt = sched = None
+    algo = AlgorithmConfig(kl_coef=0.05 if lora_rank else 0.0)
+    engine = opt = sched = ref = None
+    if lora_rank:
+        from mars_core.training import lora
+
+        model = lora.attach(model, LoraConfig(rank=lora_rank))
+        ref = lora.AdaptersOff(model)
     if backend == "deepspeed":
         from mars_core.training.deepspeed_backend import init_deepspeed
 
@@ -513,7 +526,7 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
             samples = random_samples(n, seq - completion, completion, config.vocab_size, step)
             ctx.sync()
             t0 = time.perf_counter()
-            m = ppo_update(model, None, updater, samples, algo, optim, pad_id=0, seed=step,
+            m = ppo_update(model, ref, updater, samples, algo, optim, pad_id=0, seed=step,
                            bf16=backend == "torch", progress=False)
             ctx.sync()
             if step:
@@ -521,7 +534,7 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
             loss = m["loss"]
         peak_mem = torch.cuda.max_memory_allocated() / 2**30 if ctx.device == "cuda" else None
     finally:
-        del model, opt, sched, updater, engine
+        del model, opt, sched, updater, engine, ref
         if backend == "deepspeed" and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         _free(ctx)
@@ -531,7 +544,9 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
     datasheet = next((v for k, v in PEAK_BF16_DATASHEET.items() if k in ctx.card), None)
     if not (loss == loss):  # NaN
         raise RuntimeError(f"{label}: the loss is NaN")
-    return {"model": label, "backend": backend if backend == "torch" else "deepspeed ZeRO-2",
+    backend_name = backend if backend == "torch" else "deepspeed ZeRO-2"
+    return {"model": label, "backend": backend_name + (f", LoRA rank {lora_rank}, KL 0.05"
+                                                       if lora_rank else ""),
             "params_b": n_params / 1e9, "gradient_checkpointing": grad_ckpt,
             "tokens_per_step": tokens, "seq": seq, "completion": completion,
             "micro_batch": micro, "accumulation": accum, "step_s": sec,
@@ -544,15 +559,18 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
 def step_ppo(ctx: Ctx) -> dict:
     need("transformers", "pydantic", "polars")
     rows, errors = [], []
-    plan = [("Qwen3-0.6B shape", qwen3(QWEN3_06B, ctx.tiny), False, "torch"),
-            ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), not ctx.tiny, "torch")]
-    for label, config, ckpt, backend in plan:
-        name = f"{label} ({backend})"
+    # the full 4B update last: fp32 weights, gradients and AdamW states are 64 GB, and an 80 GB
+    # card may end it out of memory (recorded as such)
+    plan = [("Qwen3-0.6B shape", qwen3(QWEN3_06B, ctx.tiny), False, "torch", 0),
+            ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), False, "torch", 16),
+            ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), not ctx.tiny, "torch", 0)]
+    for label, config, ckpt, backend, rank in plan:
+        name = f"{label} ({backend}{f', LoRA {rank}' if rank else ''})"
         if ctx.left() < 60 and not ctx.tiny:
             errors.append(f"{name}: not run (out of time)")
             continue
         try:
-            rows.append(ppo_one(ctx, label, config, ckpt, backend))
+            rows.append(ppo_one(ctx, label, config, ckpt, backend, rank))
         except Missing:
             raise
         except Exception as e:  # noqa: BLE001  (one shape failing, e.g. out of memory)
@@ -784,7 +802,7 @@ def markdown(report: dict) -> str:
                 and s["status"] == "ok" for x in s["results"]["rows"]]
     if ppo_rows:
         lines += ["", "PPO update (`ppo_update`; torch backend: fp32 master weights, AdamW, bf16 "
-                  "autocast; DeepSpeed: ZeRO-2, bf16; random weights, kl_coef 0):", "",
+                  "autocast; DeepSpeed: ZeRO-2, bf16; random weights; kl_coef 0 unless said):", "",
                   "| model | backend | params | tokens/step | s/step | tokens/s | TFLOP/s | MFU (measured peak) "
                   "| MFU (datasheet) | peak memory GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
         for x in ppo_rows:

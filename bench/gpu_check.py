@@ -828,6 +828,20 @@ def markdown(report: dict) -> str:
         lines += [f"| {x['engine']} | {x['trainer']} | {x['tokens']} | {x['mean_abs']:.4f} "
                   f"| {x['max_abs']:.4f} | {x['mean']:.4f} | {x['weight_mean']:.4f} | {x['capped']:.2%} |"
                   for x in gap["results"]["rows"]]
+    what = {"tests": "CUDA tests (`pytest -m gpu tests/gpu`)",
+            "matmul": "bf16 matrix-product peak (random data, median)",
+            "ppo_update": "PPO update, random weights (`ppo_update`, torch backend)",
+            "generate": "in-process engine generation (fp32 weights, bf16 autocast)",
+            "behaviour_gap": "behaviour gap, engine vs trainer log-probs (random weights)",
+            "iteration": "one iteration of a learning preset (`mars train`)",
+            "deepspeed": "PPO update through DeepSpeed ZeRO-2 (one rank)"}
+    machine = f"{report['card']}, {report['date'][:10]}"
+    rows = [f"| {what[s['name']]} | {figures(s['name'], s['results']).replace('|', '/')} | "
+            f"`{report['command']}` | {machine} |"
+            for s in report["steps"] if s["status"] == "ok"]
+    if rows:
+        lines += ["", "Rows for docs/performance.md:", "", "| what | figure | command | machine |",
+                  "|---|---|---|---|", *rows]
     return "\n".join(lines) + "\n"
 
 
@@ -849,7 +863,8 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=540.0, help="seconds; a step still running "
                    "then is stopped, and the files are written")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--tests-timeout", type=float, default=240.0)
+    p.add_argument("--tests-timeout", type=float, default=150.0,
+                   help="seconds for pytest tests/gpu (step 1)")
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--completion", type=int, default=256)
     p.add_argument("--micro-batch", type=int, default=4)

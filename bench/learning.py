@@ -24,7 +24,6 @@ import mars_core.run.threads  # noqa: F401  (first: the thread settings, before 
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ offline.apply()
 
 from cli.main import main as mars  # noqa: E402
 from mars_core.evaluation.game_eval import paired_markdown, paired_rows  # noqa: E402
+from mars_core.lab import kuhn  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
@@ -80,27 +80,61 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
             for r in rows if r["policy"] == last]
 
 
-_CARD = re.compile(r"Your private card: (\w+)")
-_TO_CALL = "To call you must"  # the observation of a decision facing a bet
 UPDATE_KEYS = ("entropy", "clip_frac", "ratio_mean", "ratio_max", "approx_kl_old", "behaviour_gap",
                "is_weight_mean", "grad_norm", "optimizer_steps")
+
+
+def _kuhn_decisions(episodes):
+    """(card, betting history, bet) of each valid Kuhn decision of the policy, its observation
+    read back in either prompt layout (`mars_core.lab.kuhn.read_decision`)."""
+    for ep in episodes:
+        for t in ep.turns:
+            if t.game != "kuhn_poker" or t.agent != "policy" or not t.valid:
+                continue
+            seen = kuhn.read_decision(t.observation)
+            if seen is not None:
+                yield seen[0], seen[1], "BET" in t.action.upper()
 
 
 def kuhn_bet_rates(episodes, facing: bool | None = None) -> dict[str, tuple[float, int]]:
     """Card -> (share of the policy's valid Kuhn decisions that bet or call, decisions); with
     `facing`, only the decisions facing a bet (True: bet = call, pass = fold) or not (False)."""
     counts: dict[str, list[int]] = {}
-    for ep in episodes:
-        for t in ep.turns:
-            card = _CARD.search(t.observation) if t.game == "kuhn_poker" else None
-            if not (card and t.agent == "policy" and t.valid):
-                continue
-            if facing is not None and (_TO_CALL in t.observation) != facing:
-                continue
-            c = counts.setdefault(card[1], [0, 0])
-            c[0] += "BET" in t.action.upper()
-            c[1] += 1
+    for card, history, bet in _kuhn_decisions(episodes):
+        if facing is not None and history.endswith("b") != facing:
+            continue
+        c = counts.setdefault(card, [0, 0])
+        c[0] += bet
+        c[1] += 1
     return {card: (bets / n, n) for card, (bets, n) in sorted(counts.items())}
+
+
+def kuhn_state_rates(episodes) -> dict[str, tuple[float, int]]:
+    """Information state (`J`, `Qp`, `Kb`, `Jpb`, ...) -> (share that bet or call, decisions),
+    beside the best response to bot:random (which folds only J facing a bet)."""
+    counts: dict[str, list[int]] = {}
+    for card, history, bet in _kuhn_decisions(episodes):
+        c = counts.setdefault(card + history, [0, 0])
+        c[0] += bet
+        c[1] += 1
+    order = [i.key for i in kuhn.info_states()]
+    return {k: (counts[k][0] / counts[k][1], counts[k][1]) for k in order if k in counts}
+
+
+def states_markdown(rates: dict[str, dict]) -> str:
+    """The bet/call rate per information state, per evaluated policy (Kuhn only)."""
+    rates = {label: r for label, r in rates.items() if r}
+    if not rates:
+        return ""
+    br = kuhn.best_response()
+    keys = [i.key for i in kuhn.info_states()]
+    out = ["\n## Kuhn Poker: bet or call rate per information state (card, then the betting: "
+           "p pass, b bet)\n", "| policy | " + " | ".join(keys) + " |",
+           "|---" * (len(keys) + 1) + "|",
+           "| best response to bot:random | " + " | ".join(f"{br[k]:.0%}" for k in keys) + " |"]
+    out += [f"| {label} | " + " | ".join(f"{r[k][0]:.0%} ({r[k][1]})" if k in r else "-"
+                                        for k in keys) + " |" for label, r in rates.items()]
+    return "\n".join(out) + "\n"
 
 
 def update_stats(run: Path, iterations: int) -> list[dict]:
@@ -144,6 +178,7 @@ def report(run: Path) -> int:
     rows = paired_rows(played, "start")
     bets = {label: kuhn_bet_rates(eps) for label, eps in played.items()}
     facing = {label: kuhn_bet_rates(eps, facing=True) for label, eps in played.items()}
+    states = {label: kuhn_state_rates(eps) for label, eps in played.items()}
     updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
     out = run / "learning"
@@ -154,6 +189,7 @@ def report(run: Path) -> int:
     lines = verdicts(rows, last)
     table = paired_markdown(rows, "start")
     stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
+    stats = states_markdown(states) + stats
     from mars_core.models.precision import cpu_description
 
     machine = f"Reported on: {cpu_description()}\n\n"
@@ -161,7 +197,7 @@ def report(run: Path) -> int:
                                      + "\n" + stats)
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
-         "kuhn_call_rates": facing,
+         "kuhn_call_rates": facing, "kuhn_state_rates": states,
          "updates": updates, "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")

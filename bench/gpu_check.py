@@ -563,7 +563,7 @@ def step_ppo(ctx: Ctx) -> dict:
     # card may end it out of memory (recorded as such)
     plan = [("Qwen3-0.6B shape", qwen3(QWEN3_06B, ctx.tiny), False, "torch", 0),
             ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), False, "torch", 16),
-            ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), not ctx.tiny, "torch", 0)]
+            ("Qwen3-4B shape", qwen3(qwen3_4b_shape(), ctx.tiny), True, "torch", 0)]
     for label, config, ckpt, backend, rank in plan:
         name = f"{label} ({backend}{f', LoRA {rank}' if rank else ''})"
         if ctx.left() < 60 and not ctx.tiny:

@@ -55,6 +55,7 @@ def test_the_dry_run_reports_every_step_and_writes_json_and_markdown(tmp_path):
     assert [(r["model"], r["backend"]) for r in ppo["rows"]] == [
         ("Qwen3-0.6B shape", "torch"), ("Qwen3-4B shape", "torch, LoRA rank 16, KL 0.05"),
         ("Qwen3-4B shape", "torch")]
+    assert [r["gradient_checkpointing"] for r in ppo["rows"]] == [False, False, True]
     assert all(r["tokens_per_s"] > 0 and r["mfu_measured_peak"] > 0 for r in ppo["rows"])
     gen = next(s for s in report["steps"] if s["name"] == "generate")["results"]
     assert [r["batch"] for r in gen["rows"]] == [1, 4] and all(r["tokens_per_s"] > 0

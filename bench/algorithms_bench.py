@@ -15,12 +15,12 @@ import numpy as np
 import polars as pl
 
 from mars_core.advantages import estimators as adv
-from mars_core.advantages import reference as ref
 from mars_core.batching.builder import build_batch
 
-TWINS = {"mars": ref.mars_turn_level_reference, "mars_code": ref.mars_code_reference,
-         "grpo_trajectory": ref.grpo_trajectory_reference, "rae": ref.rae_reference,
-         "rloo_env": ref.rloo_env_reference}
+
+def twins() -> dict:
+    """Each estimator's loop twin, as its record names it (None: the record names none)."""
+    return {name: e.twin() if e.twin else None for name, e in adv.ESTIMATORS.items()}
 
 
 def turns(n: int, seed: int = 0) -> pl.DataFrame:
@@ -55,10 +55,9 @@ def main() -> None:
     print(f"machine: {cpu_description()}", flush=True)
     df, small = turns(args.turns), turns(args.twin_turns)
     print(f"estimators on {args.turns:,} turns (vectorised) and {args.twin_turns:,} (loop twin):")
-    for name in adv.ESTIMATORS:
+    for name, twin in twins().items():
         t = _time(lambda: adv.compute_advantages(df, name))
-        twin = TWINS.get(name)
-        loop = f"{_time(lambda: twin(small), 1) * 1000:8.1f} ms" if twin else "(mars, game keys)"
+        loop = f"{_time(lambda: twin(small), 1) * 1000:8.1f} ms" if twin else "(no twin)"
         print(f"  {name:16s} {t * 1000:8.1f} ms   loop twin {loop}")
     print("batch builder (seconds per batch; steps in the bank, units drawn):")
     for n in (args.bank // 20, args.bank // 4, args.bank):

@@ -3,12 +3,14 @@
 Every record is called the same way, `estimate(batch, options, state) -> (frame, state)`
 (verl's habit), and carries its own facts: whether a batch must hold whole trajectories,
 whether it keeps state from batch to batch (saved with the checkpoint under its name), which
-config fields it takes and what metrics its state gives. The task that runs an estimator
-never branches on its name; `compute_advantages` runs an estimator's pure function by name.
+options it takes from the config, what metrics its state gives, and its plain-loop twin. The
+task that runs an estimator never branches on its name; `compute_advantages` runs an
+estimator's pure function by name. The tests and the bench read the twins from here.
 
 A leaf: config validation reads the records without importing polars. The estimators
-themselves are the pure functions of `mars_core.advantages.vectorised`, referred to here (go to
-definition follows each) and imported on the first call.
+themselves are the pure functions of `mars_core.advantages.vectorised` and their twins those of
+`mars_core.advantages.reference`, referred to here (go to definition follows each) and imported
+on the first call. Adding one: docs/algorithms/adding-an-estimator.md.
 """
 from __future__ import annotations
 
@@ -27,6 +29,13 @@ def _vectorised():
     return vectorised
 
 
+def _reference():
+    """The estimators' plain-loop twins (polars), imported on the first call."""
+    from mars_core.advantages import reference
+
+    return reference
+
+
 Ref = Callable[[], Callable]  # a function of `vectorised`, as `lambda: _vectorised().name`
 
 
@@ -43,7 +52,13 @@ class Estimator:
         refers to the function of `mars_core.advantages.vectorised` that runs it with its
         state, `step(df, options, state) -> (frame, new state)`, and `metrics` to the one that
         turns a state into metrics.
-    config: (option, `AlgorithmConfig` field) pairs: the options it takes from the config.
+    config: (option, `AlgorithmConfig` field) pairs: the options it takes from the config,
+        each set by its flat field (`rae_decay`) or scoped, `algorithm.options: {decay: 0.9}`;
+        a field of None: the option is set in `algorithm.options` only.
+    twin: its plain-loop twin in `mars_core.advantages.reference` (a reference, like
+        `function`), `twin(df, **options) -> list[float]` in row order, taking the options
+        `function` takes: the ground truth the tests hold `function` to (a record without
+        one fails tests/unit/test_estimators.py, which says so).
     """
 
     name: str
@@ -52,7 +67,8 @@ class Estimator:
     stateful: bool = False
     step: Ref | None = None
     metrics: Ref | None = None
-    config: tuple[tuple[str, str], ...] = GROUP_KEYS
+    config: tuple[tuple[str, str | None], ...] = GROUP_KEYS
+    twin: Ref | None = None
 
     def __post_init__(self):
         if self.stateful != (self.step is not None):
@@ -63,12 +79,22 @@ class Estimator:
     def fn(self) -> Callable:
         return self.function()
 
+    @property
+    def takes(self) -> tuple[str, ...]:
+        """The options the config may set for it: the keys `algorithm.options` accepts."""
+        return tuple(option for option, _ in self.config)
+
     def options(self, algorithm) -> dict:
-        """The options from the config's `algorithm` section (a field left null, such as
-        `group_keys`, is not passed: the estimator's own default holds)."""
+        """The options from the config's `algorithm` section: a scoped one from
+        `algorithm.options`, else its flat field (a value left null, such as `group_keys`, is
+        not passed: the estimator's own default holds)."""
+        scoped = getattr(algorithm, "options", None) or {}
         out = {}
         for option, field in self.config:
-            value = getattr(algorithm, field)
+            if option in scoped:
+                value = scoped[option]
+            else:
+                value = getattr(algorithm, field) if field is not None else None
             if value is not None:
                 out[option] = tuple(value) if option == "group_keys" else value
         return out
@@ -95,16 +121,20 @@ class Estimator:
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("mars", lambda: _vectorised().mars_turn_level, needs_trajectories=True,
-              config=NORMALIZE),
-    Estimator("mars_code", lambda: _vectorised().mars_code, needs_trajectories=True),
-    Estimator("grpo_trajectory", lambda: _vectorised().grpo_trajectory, needs_trajectories=True),
+              config=NORMALIZE, twin=lambda: _reference().mars_turn_level_reference),
+    Estimator("mars_code", lambda: _vectorised().mars_code, needs_trajectories=True,
+              twin=lambda: _reference().mars_code_reference),
+    Estimator("grpo_trajectory", lambda: _vectorised().grpo_trajectory, needs_trajectories=True,
+              twin=lambda: _reference().grpo_trajectory_reference),
     # the config refuses group_keys for mars_shared; passed anyway, they are refused here too
     Estimator("mars_shared", lambda: _vectorised().mars_shared, needs_trajectories=True,
-              config=NORMALIZE),
+              config=NORMALIZE, twin=lambda: _reference().mars_shared_reference),
     Estimator("rae", lambda: _vectorised().rae, needs_trajectories=True, stateful=True,
               step=lambda: _vectorised().rae_estimate, metrics=lambda: _vectorised().rae_metrics,
-              config=(*GROUP_KEYS, ("decay", "rae_decay"))),
-    Estimator("rloo_env", lambda: _vectorised().rloo_env, needs_trajectories=False),
+              config=(*GROUP_KEYS, ("decay", "rae_decay")),
+              twin=lambda: _reference().rae_reference),
+    Estimator("rloo_env", lambda: _vectorised().rloo_env, needs_trajectories=False,
+              twin=lambda: _reference().rloo_env_reference),
 )}
 
 

@@ -81,6 +81,16 @@ def mars_turn_level_reference(
     return out
 
 
+def mars_shared_reference(
+    df: pl.DataFrame,
+    normalize_std: bool = False,
+    eps: float = 1e-6,
+) -> list[float]:
+    """Loop version of `mars_shared`: `mars_turn_level_reference` grouped by game alone."""
+    return mars_turn_level_reference(df, group_keys=("game",), normalize_std=normalize_std,
+                                     eps=eps)
+
+
 def mars_code_reference(
     df: pl.DataFrame,
     group_keys: Sequence[str] = ("game", "role"),

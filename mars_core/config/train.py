@@ -4,7 +4,7 @@ SPEC sections 3 to 5; every field is read by `mars_core/advantages/estimators.py
 options), `tasks/batching.py` or `mars_core/training/trainer.py`."""
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,6 +25,11 @@ AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 TRAJECTORY_ESTIMATORS = tuple(n for n, e in ESTIMATORS.items() if e.needs_trajectories)
 
 
+def _same(value: Any) -> Any:
+    """A value compared as YAML gives it (a tuple as the list it was written as)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 class AlgorithmConfig(_Section):
     """Advantage estimator and PPO loss (SPEC sections 3 and 4)."""
 
@@ -35,6 +40,10 @@ class AlgorithmConfig(_Section):
     group_keys: tuple[str, ...] | None = None
     normalize_std: bool = False  # mars / mars_shared: divide by the group's std
     rae_decay: float = Field(0.95, gt=0, lt=1)  # rae: EMA decay of the per-(game, role) baseline
+    # the estimator's own options, scoped to it (the names its record takes, e.g. rae:
+    # {decay: 0.9}; mars: {normalize_std: true}); one with a flat field above (group_keys,
+    # normalize_std, rae_decay) is read into that field, so both forms give the same config
+    options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
     drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
@@ -51,6 +60,35 @@ class AlgorithmConfig(_Section):
     # how token losses become one number: seq_mean_token_mean (MARS: each sequence weighs the
     # same), token_mean (each token weighs the same), seq_mean_token_sum (sequence sums)
     loss_aggregation: Aggregation = "seq_mean_token_mean"  # AGGREGATIONS above
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scoped_options(cls, data: Any) -> Any:
+        """`options` checked against the chosen estimator's record: an option it does not
+        take is one error naming it and the ones it takes; one that has a flat field moves
+        there (given in both forms, the values must agree)."""
+        if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
+            return data
+        name = data.get("estimator", cls.model_fields["estimator"].default)
+        if not data["options"] or name not in ESTIMATORS:  # the after-check names the estimator
+            return data
+        fields = dict(ESTIMATORS[name].config)
+        out, scoped = dict(data), {}
+        for option, value in data["options"].items():
+            if option not in fields:
+                raise ValueError(f"advantage estimator {name!r} takes no option {option!r} in "
+                                 f"algorithm.options; it takes: {', '.join(fields) or 'none'}")
+            field = fields[option]
+            if field is None:
+                scoped[option] = value
+                continue
+            if field in data and _same(data[field]) != _same(value):
+                raise ValueError(f"algorithm.options.{option} and algorithm.{field} set the same "
+                                 f"option to different values ({value!r}, {data[field]!r}): "
+                                 "give one")
+            out[field] = value
+        out["options"] = scoped
+        return out
 
     @model_validator(mode="after")
     def _known_estimator(self):

@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -142,6 +142,12 @@ bench: setup
 learn: setup
 	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_vs_random.yaml) \
 	    $(if $(RUN),--run-name $(RUN))
+
+# The learning lab (docs/lab.md): the capacity probe, i.e. Kuhn Poker's best response fitted by
+# supervision per parametrization and prompt layout, steps and seconds to fit (resumable; the
+# table and plot in runs/lab/probe/; ARMS=1,2 for some arms, STEPS=n).
+lab: setup
+	$(PY) bench/lab.py --out runs/lab/probe --steps $(or $(STEPS),30) $(if $(ARMS),--arms $(ARMS))
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
 # agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),

@@ -10,6 +10,8 @@ and `<out>/probe.png` (states at the best response against seconds, per arm).
 """
 from __future__ import annotations
 
+import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
+
 import argparse
 import json
 import sys

@@ -358,6 +358,10 @@ def _free(ctx: Ctx) -> None:
         torch.cuda.empty_cache()
 
 
+def _text(b) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
 def step_tests(ctx: Ctx) -> dict:
     need("pytest", "transformers", "pydantic", "polars")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -371,8 +375,10 @@ def step_tests(ctx: Ctx) -> dict:
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=ctx.args.tests_timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"pytest tests/gpu ran past {ctx.args.tests_timeout} s") from None
+    except subprocess.TimeoutExpired as e:
+        ctx.log.write("$ " + shlex.join(cmd) + "\n" + _text(e.stdout) + _text(e.stderr) + "\n")
+        raise RuntimeError(f"pytest tests/gpu ran past {ctx.args.tests_timeout:.0f} s (its output "
+                           "so far in gpu_check.log)") from None
     ctx.log.write("$ " + shlex.join(cmd) + "\n" + proc.stdout + proc.stderr + "\n")
     summary = next((line for line in reversed(proc.stdout.splitlines()) if line.strip()), "")
     counts = {}
@@ -558,7 +564,7 @@ def ppo_one(ctx: Ctx, label: str, config, grad_ckpt: bool, backend: str = "torch
 
 def step_ppo(ctx: Ctx) -> dict:
     need("transformers", "pydantic", "polars")
-    rows, errors = [], []
+    rows, errors, missing = [], [], []
     # the full 4B update last: fp32 weights, gradients and AdamW states are 64 GB, and an 80 GB
     # card may end it out of memory (recorded as such)
     plan = [("Qwen3-0.6B shape", qwen3(QWEN3_06B, ctx.tiny), False, "torch", 0),
@@ -571,12 +577,15 @@ def step_ppo(ctx: Ctx) -> dict:
             continue
         try:
             rows.append(ppo_one(ctx, label, config, ckpt, backend, rank))
-        except Missing:
-            raise
+        except Missing as e:  # one row's package (peft for LoRA): the other rows still run
+            missing.append(str(e))
+            errors.append(f"{name}: {e}")
         except Exception as e:  # noqa: BLE001  (one shape failing, e.g. out of memory)
             ctx.log.write(f"[ppo_update {name}]\n{traceback.format_exc()}\n")
             errors.append(f"{name}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
             _free(ctx)
+    if not rows and missing and len(missing) == len(errors):
+        raise Missing(missing[0])  # every row lacks the same package: one line naming it
     if not rows:
         raise RuntimeError("; ".join(errors))
     return {"rows": rows, "errors": errors}

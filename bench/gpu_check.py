@@ -369,7 +369,7 @@ def step_tests(ctx: Ctx) -> dict:
                                       if p]), MARS_BF16_AUTO="off")
     tok = ctx.args.carry / "tokenizer" if ctx.args.carry else None
     if tok and (tok / "tokenizer.json").exists():
-        env["MARS_GPU_CHECK_TOKENIZER"] = str(tok)
+        env["MARS_GPU_CHECK_TOKENIZER"] = str(tok.resolve())
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
            "-rs", "tests/gpu"]
     try:
@@ -789,7 +789,7 @@ def figures(name: str, r: dict) -> str:
         if "not_run" in r:
             return r["not_run"]
         return (f"{r['preset']}: iteration {r['iteration_s']:.1f} s ("
-                + ", ".join(f"{k} {v:.1f}" for k, v in r["stages_s"].items())
+                + ", ".join(f"{k} {v:.1f}" for k, v in r["stages_s"].items() if v >= 0.05)
                 + f"), mars train wall {r['wall_s']:.1f} s")
     return json.dumps(r)[:300]
 

@@ -1,22 +1,33 @@
 """Throughput alone and beside a second CPU-bound torch process, under three thread settings.
 
-Each case runs in a fresh Python process (OpenMP reads its settings once, at start): torch's
-defaults (OMP_WAIT_POLICY unset), `OMP_WAIT_POLICY=PASSIVE` (what mars_core/run/threads.py
-sets), and one torch thread (`OMP_NUM_THREADS=1`). Each runs alone, then beside a second process
-started by this bench: torch looping 1024 x 1024 fp32 matmuls with its own defaults (as a
-notebook or another job would run, all cores, spinning threads). Per case it prints
-iterations/s of:
+Each setting has a Python process of its own, started fresh with it (OpenMP reads its settings
+once, when torch loads): torch's defaults (OMP_WAIT_POLICY unset), `OMP_WAIT_POLICY=PASSIVE`
+(what mars_core/run/threads.py sets) and one torch thread (`OMP_NUM_THREADS=1`). The three run
+their workloads one after the other, never together, in rounds (the table gives each figure's
+median over the rounds), alone, then beside another job started by this bench with torch's
+defaults (every core, threads that spin while they wait, as a notebook or another run has
+them):
+
+- `beside big`: 1024 x 1024 fp32 matmuls, every core busy all the time;
+- `beside small`: the small matmul below in a loop, a job whose threads wait (spin) between
+  short pieces of work, as a second training run's do.
+
+The workloads, iterations per second and per CPU-second of the worker's process (all its
+threads: a thread that spins while it waits burns CPU time and does no work; this figure moves
+less with whatever else the machine runs):
 
 - `matmul fp32`, `matmul bf16`: 64 x 576 by 576 x 1536, the embedded model's MLP shape at
   small batch;
 - `train step`: forward and backward of a tiny Llama (transformers `LlamaForCausalLM`, hidden
   576, 2 layers, vocabulary 4096) on 4 sequences of 64 tokens;
-- `decode`: one token at a time through the same model with its KV cache, batch 1 (play).
+- `decode`: one token through the same model with a 64-token KV cache, batch 1 (play).
 
-and the load average when the case started (another job on the machine shows there), then one
-Markdown table (docs/performance.md, "Under CPU contention"). About 2.5 minutes on 2 cores:
+Also the other job's own rate while each setting ran (its threads and ours share the cores) and
+the load average before each run (any other work on the machine shows there: the figures are
+only as quiet as the machine). About 2.5 minutes on 2 cores at a load average near 10 (10
+minutes near 17):
 
-    python bench/contention_bench.py [--seconds 2.5]
+    python bench/contention_bench.py [--seconds 0.5] [--rounds 3]
 
 Prints figures; asserts nothing.
 """
@@ -36,48 +47,46 @@ import time
 CASES = {"default": {}, "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
          "1 thread": {"OMP_NUM_THREADS": "1"}}
 WORKLOADS = ("matmul fp32", "matmul bf16", "train step", "decode")
-# the other job, with torch's defaults (as a notebook or another run starts it: every core,
-# threads that spin while they wait), until SIGTERM; it prints its own rate then. `big`: 1024 x
-# 1024 fp32 matmuls, every core busy all the time; `small`: this bench's own small matmul, a job
-# whose threads wait (spin) between short pieces of work, as a second training run's do.
 OTHER = {"big": "torch.randn(1024, 1024), torch.randn(1024, 1024)",
          "small": "torch.randn(64, 576), torch.randn(576, 1536)"}
 LOADS = ("alone", *(f"beside {k}" for k in OTHER))
+# the other job: its matmuls in a loop until killed; SIGUSR1 prints its count and clock
 HOG = """
-import signal, sys, time, torch
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-a, b = {operands}; n = 0; t = time.perf_counter()
+import signal, time, torch
+n = 0
+signal.signal(signal.SIGUSR1, lambda *_: print(n, time.perf_counter(), flush=True))
+a, b = {operands}
 print("ready", flush=True)
-try:
-    while True:
-        a @ b; n += 1
-finally:
-    print(f"{{n / (time.perf_counter() - t):.2f}}", flush=True)
+while True:
+    a @ b; n += 1
 """
 
 
-def _rate(step, seconds: float) -> float:
-    """Iterations per second of `step` over `seconds`, after a warm-up of a fifth of that."""
+def _rate(step, seconds: float) -> tuple[float, float]:
+    """Iterations of `step` per second and per CPU-second of this process (all its threads:
+    a thread that spins while it waits burns CPU time and does no work) over `seconds`, after
+    a warm-up of a fifth of that."""
     end = time.perf_counter() + seconds / 5
     while time.perf_counter() < end:
         step()
-    n, start = 0, time.perf_counter()
+    n, start, cpu = 0, time.perf_counter(), time.process_time()
     while (now := time.perf_counter()) - start < seconds:
         step()
         n += 1
-    return n / (now - start)
+    return n / (now - start), n / max(time.process_time() - cpu, 1e-9)
 
 
-def worker(seconds: float) -> dict:
-    """Every workload's iterations/s in this process (its settings as it was started with)."""
+def worker(seconds: float) -> None:
+    """Every workload's iterations/s, each time a line comes on stdin (its thread settings as
+    this process was started with); one JSON line each."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    out = {}
+    steps = {}
     for name, dtype in (("matmul fp32", torch.float32), ("matmul bf16", torch.bfloat16)):
         a, b = torch.randn(64, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype)
-        out[name] = _rate(lambda: a @ b, seconds)
+        steps[name] = lambda a=a, b=b: a @ b
     cfg = LlamaConfig(vocab_size=4096, hidden_size=576, intermediate_size=1536,
                       num_hidden_layers=2, num_attention_heads=9, num_key_value_heads=3,
                       max_position_embeddings=2048)
@@ -88,20 +97,22 @@ def worker(seconds: float) -> dict:
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
 
-    out["train step"] = _rate(train_step, seconds)
-    model.eval()
     with torch.no_grad():
         prompt = model(input_ids=ids[:1], use_cache=True)
-        token = prompt.logits[:, -1:].argmax(-1)
+    token = prompt.logits[:, -1:].argmax(-1)
 
-        def decode():  # one more token after the 64-token prompt, its cache copied back
-            cache = prompt.past_key_values
-            model(input_ids=token, past_key_values=cache, use_cache=True)
-            cache.crop(-1)
+    @torch.no_grad()
+    def decode():  # one more token after the 64-token prompt, then the cache cut back to it
+        model(input_ids=token, past_key_values=prompt.past_key_values, use_cache=True)
+        prompt.past_key_values.crop(-1)
 
-        out["decode"] = _rate(decode, seconds)
-    out["threads"] = torch.get_num_threads()
-    return out
+    steps["train step"], steps["decode"] = train_step, decode
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        out = {}
+        for name in WORKLOADS:
+            out[name], out[f"{name} per CPU-s"] = _rate(steps[name], seconds)
+        print(json.dumps({**out, "threads": torch.get_num_threads()}), flush=True)
 
 
 def _env(case: dict) -> dict:
@@ -109,61 +120,86 @@ def _env(case: dict) -> dict:
     return {**env, **case}
 
 
-def run_case(name: str, load: str, seconds: float) -> dict:
-    """One worker process under the settings `name`, alone or beside the other job `load`."""
-    hog = None
-    if load != "alone":
-        code = HOG.format(operands=OTHER[load.split()[-1]])
-        hog = subprocess.Popen([sys.executable, "-c", code], env=_env({}), stdout=subprocess.PIPE,
-                               text=True)
-        assert hog.stdout.readline().strip() == "ready"
-    try:
-        loadavg = os.getloadavg()[0]
-        done = subprocess.run([sys.executable, __file__, "--worker", "--seconds", str(seconds)],
-                              env=_env(CASES[name]), capture_output=True, text=True, check=True)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-    finally:
-        if hog is not None:
-            hog.send_signal(signal.SIGTERM)
-            rest, _ = hog.communicate(timeout=60)
-    result["load average"] = loadavg
+def _start(args: list[str], env: dict) -> subprocess.Popen:
+    """A process of ours, once it says it is ready."""
+    proc = subprocess.Popen([sys.executable, *args], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line == "ready", f"{args[:2]} did not start: {line!r}"
+    return proc
+
+
+def _count(hog: subprocess.Popen) -> tuple[float, float]:
+    """The other job's matmuls so far, and its clock."""
+    hog.send_signal(signal.SIGUSR1)
+    n, t = hog.stdout.readline().split()
+    return float(n), float(t)
+
+
+def run_case(worker: subprocess.Popen, hog: subprocess.Popen | None) -> dict:
+    """One run of every workload by `worker`: its figures, the load average before it, the
+    other job's rate while it ran."""
+    loadavg = os.getloadavg()[0]
+    before = _count(hog) if hog is not None else None
+    worker.stdin.write("run\n")
+    worker.stdin.flush()
+    out = {**json.loads(worker.stdout.readline()), "load average": loadavg}
     if hog is not None:
-        result["other job"] = float(rest.strip().splitlines()[-1])
-    return result
+        (n0, t0), (n1, t1) = before, _count(hog)
+        out["other job"] = (n1 - n0) / (t1 - t0)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=1.0, help="per workload and case")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="every case this many times, interleaved; the table gives the median")
+    ap.add_argument("--seconds", type=float, default=0.5, help="per workload and run")
+    ap.add_argument("--rounds", type=int, default=3, help="runs per setting and load (median)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.seconds)))
+        worker(args.seconds)
         return
     started = time.perf_counter()
+    workers = {name: _start([__file__, "--worker", "--seconds", str(args.seconds)], _env(case))
+               for name, case in CASES.items()}
     runs: dict[tuple[str, str], list[dict]] = {}
-    for _ in range(args.rounds):
-        for name in CASES:
-            for load in LOADS:
-                r = run_case(name, load, args.seconds)
-                runs.setdefault((name, load), []).append(r)
-                print(f"{name:9} {load:12} " + "  ".join(f"{w} {r[w]:7.1f}/s" for w in WORKLOADS)
-                      + f"  threads {r['threads']}  load avg {r['load average']:.2f}"
-                      + (f"  other job {r['other job']:.1f}/s" if "other job" in r else ""),
-                      flush=True)
-    print(f"\n{time.perf_counter() - started:.0f} s in all; the median of {args.rounds} round(s)\n")
+    try:
+        for load in LOADS:
+            hog = None if load == "alone" else _start(
+                ["-c", HOG.format(operands=OTHER[load.split()[-1]])], _env({}))
+            try:
+                for _ in range(args.rounds):
+                    for name, proc in workers.items():
+                        r = run_case(proc, hog)
+                        runs.setdefault((name, load), []).append(r)
+                        print(f"{name:9} {load:12} " + "  ".join(f"{w} {r[w]:7.1f}/s"
+                                                                for w in WORKLOADS)
+                              + f"  threads {r['threads']}  load avg {r['load average']:.2f}"
+                              + (f"  other job {r['other job']:.1f}/s" if hog else ""),
+                              flush=True)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
+    finally:
+        for proc in workers.values():
+            proc.stdin.close()
+            proc.wait()
+    print(f"\n{time.perf_counter() - started:.0f} s in all; medians of {args.rounds} run(s), "
+          f"{args.seconds} s per workload and run\n")
     cols = [(n, ld) for n in CASES for ld in LOADS]
     cell = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in runs.items()}
     print("| iterations/s | " + " | ".join(f"{n}, {ld}" for n, ld in cols) + " |")
     print("|---|" + "---:|" * len(cols))
     for w in WORKLOADS:
         print(f"| {w} | " + " | ".join(f"{cell[c][w]:.1f}" for c in cols) + " |")
-    print("| the other job's own | " + " | ".join(
+    for w in WORKLOADS:
+        print(f"| {w}, per CPU-second | " + " | ".join(f"{cell[c][f'{w} per CPU-s']:.1f}"
+                                                       for c in cols) + " |")
+    print("| the other job's own matmuls/s | " + " | ".join(
         f"{cell[c]['other job']:.1f}" if "other job" in cell[c] else "-" for c in cols) + " |")
-    print("| load average at start | " + " | ".join(f"{cell[c]['load average']:.2f}"
-                                                  for c in cols) + " |")
+    print("| load average before | " + " | ".join(f"{cell[c]['load average']:.2f}"
+                                                for c in cols) + " |")
 
 
 if __name__ == "__main__":

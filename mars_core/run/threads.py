@@ -13,11 +13,13 @@ train` runs of `mars compare`, DeepSpeed ranks, Prefect's temporary server) inhe
 torch here: the module is imported before it.
 
 - `OMP_WAIT_POLICY=PASSIVE`: an OpenMP thread that waits for work sleeps at once instead of
-  spinning first. With the default, when another process holds a core, torch's waiting threads
-  spin on it while the thread that has work waits for a core, and every parallel region waits
-  for the slowest: small model-shaped matmuls ran several times slower beside a second torch
-  job, and recovered with PASSIVE at no cost alone (`bench/contention_bench.py`,
-  docs/performance.md "Under CPU contention").
+  spinning first (libgomp, torch's OpenMP on Linux: 300,000 spins by default). When another
+  process wants the cores, spinning threads take CPU time from threads that have work: beside
+  one other torch job, small model-shaped matmuls ran 16 it/s with the defaults and 119 with
+  PASSIVE (issue 46, an AMD EPYC). On an Intel Xeon under heavy load it cost nothing per
+  CPU-second (`bench/contention_bench.py`, docs/performance.md "Under CPU contention"). The
+  thread count stays torch's default: one thread did the small matmul's work at half the CPU
+  time there, but what it costs the update alone was not measurable.
 - `PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=300`: Prefect's temporary API server (a
   `mars` command without PREFECT_API_URL) creates and migrates its database at its first
   start, and Prefect waits 20 s for it by default; on a loaded machine six `mars train` runs

@@ -959,6 +959,7 @@ def main(argv=None) -> int:
             print(f"[{i}/{len(STEPS)}] {name}: skipped, {entry['reason']}", flush=True)
             write()
             continue
+        _free(ctx)  # what a failed step left (its traceback's frames are gone by now)
         t0 = time.perf_counter()
         try:
             if timed:  # a step still running at the deadline is stopped

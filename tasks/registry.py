@@ -22,6 +22,7 @@ from mlflow import MlflowClient
 from mars_core.run.layout import REGISTERED_FILE
 from mars_core.models.manifest import MANIFEST, ManifestError, verify_manifest, write_manifest
 from mars_core.models.weights import default_cache_dir, resolve_spec
+from mars_core.run.checkpoint import link_or_copy, link_tree
 from mars_core.privacy.redact import redact_text
 from mars_core.run.commit import fault_point, read_json, write_json
 from tasks.paths import run_key
@@ -47,8 +48,8 @@ def _requirements() -> list[str]:
 
 def save_mlflow_model(model_dir: Path, dest: Path, card: str) -> None:
     """`model_dir` (a plain Hugging Face folder) as an MLflow transformers model in `dest`.
-    MLflow writes the weights once more; they are replaced by hard links to `model_dir`'s, so
-    the disk holds one copy."""
+    MLflow writes the weights once more; they are replaced by hard links to `model_dir`'s
+    (`link_or_copy`: a copy where links fail), so the disk holds one copy."""
     import mlflow.transformers
     from huggingface_hub import ModelCard
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -65,7 +66,24 @@ def save_mlflow_model(model_dir: Path, dest: Path, card: str) -> None:
             f.unlink()
     for f in Path(model_dir).iterdir():
         if _WEIGHTS.search(f.name) or f.name == "config.json":
-            os.link(f, weights / f.name)
+            link_or_copy(f, weights / f.name)
+
+
+def log_model_folder(client: MlflowClient, run_id: str, model_dir: Path) -> None:
+    """The MLflow model folder `model_dir` as the run's `model` artifact. Into a local file
+    store (the default `runs/mlartifacts/`) its files are hard links (`link_tree`; a copy where
+    the store is on another filesystem or links fail), so the registered weights are the
+    checkpoint's bytes, not a second copy: nothing writes into a logged artifact or a
+    checkpoint's files after. Any other store (a tracking server) gets MLflow's upload."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri,
+                                   tracking_uri=client.tracking_uri)
+    if isinstance(repo, LocalArtifactRepository):
+        link_tree(Path(model_dir), Path(repo.artifact_dir) / "model")
+    else:
+        client.log_artifacts(run_id, str(model_dir), "model")
 
 
 def model_card(run_dir: Path, parent: str, base: str) -> str:
@@ -78,10 +96,11 @@ def model_card(run_dir: Path, parent: str, base: str) -> str:
 @retrying
 def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
                    lineage: dict[str, str]) -> int:
-    """Log the MLflow model folder `model_dir` as the run's `model` artifact, register it as a
-    new version of `name` (tagged with `lineage`, the git state and the run's key) and point
-    `alias` at it. Idempotent per run: a resume finds the version of its own MLflow run (which
-    the run's random key names), a new folder of the same name makes a new version."""
+    """Log the MLflow model folder `model_dir` as the run's `model` artifact (hard links into a
+    local store: `log_model_folder`), register it as a new version of `name` (tagged with
+    `lineage`, the git state and the run's key) and point `alias` at it. Idempotent per run: a
+    resume finds the version of its own MLflow run (which the run's random key names), a new
+    folder of the same name makes a new version."""
     run_dir = Path(run_dir)
     done = run_dir / REGISTERED_FILE
     if done.is_file():
@@ -95,7 +114,7 @@ def register_model(run_dir: Path, model_dir: Path, name: str, alias: str,
     if mine:  # registered before a crash: reuse that version
         mv = max(mine, key=lambda v: int(v.version))
     else:
-        client.log_artifacts(run_id, str(model_dir), "model")
+        log_model_folder(client, run_id, model_dir)
         fault_point("mid:register_model:final")
         tags = {**lineage, **code_tags(), "mars.key": run_key(run_dir)}
         mv = client.create_model_version(name, source=source, run_id=run_id, tags=tags)
@@ -243,7 +262,7 @@ def _plain_folder(root: Path) -> None:
     if (root / "MLmodel").is_file() and tokenizer.is_dir():
         for f in tokenizer.iterdir():
             if not (root / "model" / f.name).exists():
-                os.link(f, root / "model" / f.name)
+                link_or_copy(f, root / "model" / f.name)
 
 
 def _hf_folder(root: Path) -> Path:

@@ -1,8 +1,6 @@
 """Tasks: the starting policy (with the optional format warm-up), the PPO update, checkpoints."""
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,8 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.training import lora, deepspeed_backend as ds
 from mars_core.run.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
-                                      load_trainer_state, prune_plan, save_estimator_state,
-                                      save_model, save_trainer_state, write_checkpoint_manifest)
+                                      link_or_copy, link_tree, load_trainer_state, prune_plan,
+                                      save_estimator_state, save_model, save_trainer_state,
+                                      write_checkpoint_manifest)
 from mars_core.models.manifest import MANIFEST, verify_folder
 from mars_core.run.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
                                   MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
@@ -39,17 +38,17 @@ RUN_FILES = (ds.SPEC_FILE, ds.LOG_FILE, ds.METRICS_FILE, OPTIMIZER_STEPS_FILE)
 
 
 def _link_files(src: Path, out: Path, skip: tuple[str, ...]) -> int:
-    """Hard-link every file of `src` into `out`, folders recursively (no copy), except `skip`;
-    returns the bytes linked."""
+    """Hard-link every file of `src` into `out`, folders recursively (no copy; a copy only where
+    the filesystem refuses links: `link_or_copy`), except `skip`; returns the bytes linked."""
     size = 0
     for f in src.iterdir():
         if f.name in (MARKER, PUBLISHED, "metrics.json", MANIFEST, *skip):
             continue
         if f.is_dir():
-            shutil.copytree(f, out / f.name, copy_function=os.link)
+            link_tree(f, out / f.name)
             size += sum(g.stat().st_size for g in f.rglob("*") if g.is_file())
         else:
-            os.link(f, out / f.name)
+            link_or_copy(f, out / f.name)
             size += f.stat().st_size
     return size
 
@@ -177,7 +176,7 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     else:
         save_model(out, load_model(path), load_tokenizer(path))
         if prev.is_dir():
-            shutil.copytree(prev, out / DEEPSPEED_STATE, copy_function=os.link)
+            link_tree(prev, out / DEEPSPEED_STATE)
     save_trainer_state(out, None, None, k)
     return metrics
 

@@ -13,6 +13,7 @@ the frozen opponents, the next iteration, a resume, the registry upload) is hash
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -26,6 +27,39 @@ from mars_core.run.commit import MARKER, PUBLISHED
 TRAINER_STATE = "trainer_state.pt"
 DEEPSPEED_STATE = "deepspeed"  # folder: DeepSpeed's checkpoint (heavy, like TRAINER_STATE)
 DEEPSPEED_TAG = "state"  # the one tag saved and loaded
+
+
+def link_or_copy(src: Path, dst: Path) -> bool:
+    """`dst` as a hard link to `src` (one copy of the bytes on disk), or a copy where the
+    filesystem refuses a link (another filesystem, no hard links, too many links); an existing
+    `dst` is replaced (unlinked first: never written through, which would change `src` too).
+    True when linked. Only for files nothing writes into after (checkpoint weights, an MLflow
+    model): every writer here writes a new file and renames or links it into place."""
+    src, dst = Path(src), Path(dst)
+    if dst.exists() or dst.is_symlink():
+        if dst.is_file() and os.path.samefile(src, dst):
+            return True
+        dst.unlink()
+    try:
+        os.link(src, dst)
+        return True
+    except OSError:
+        shutil.copyfile(src, dst)
+        return False
+
+
+def link_tree(src: Path, dst: Path) -> int:
+    """Every file under `src` at the same place under `dst` (`link_or_copy`, folders made as
+    needed); returns the bytes that had to be copied (0 when every file was linked)."""
+    src, dst = Path(src), Path(dst)
+    copied = 0
+    for f in sorted(src.rglob("*")):
+        if f.is_file():
+            target = dst / f.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not link_or_copy(f, target):
+                copied += f.stat().st_size
+    return copied
 
 
 def save_model(folder: Path, model, tokenizer) -> None:

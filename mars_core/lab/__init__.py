@@ -1,1 +1,9 @@
-"""The learning lab: exact references and the capacity probe (docs/lab.md)."""
+"""The learning lab: short experiments that say why a policy learns or does not (docs/lab.md).
+
+- `kuhn`: Kuhn Poker exactly (its 12 information states, the prompts a seat sees in each,
+  exact action values of any pair of policies, the best response to `bot:random`);
+- `probe`: the capacity probe (a parametrization and prompt layout fitted to the best
+  response by supervision; `bench/lab.py`, `make lab`).
+
+May import: games, models, rollout.
+"""

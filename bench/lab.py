@@ -6,7 +6,8 @@ figures; asserts nothing. Resumable: an arm whose result is written is not run a
     make lab
 
 Writes `<out>/arm_<i>.json` (the whole curve), `<out>/probe.md` and `probe.json` (the table),
-and `<out>/probe.png` (states at the best response against seconds, per arm).
+and `<out>/probe.png` (per arm against steps: states at the best response, and the K-J
+gap in P(bet) facing a bet, i.e. whether the card is read).
 """
 from __future__ import annotations
 
@@ -45,20 +46,27 @@ def table(curves: dict[int, dict]) -> str:
 
 
 def plot(curves: dict[int, dict], path: Path) -> None:
+    """Per arm against optimizer steps: the states at the best response, and whether the
+    policy reads its card (P(bet) of K facing a bet minus J's: 0 while only the betting is
+    read, positive once the card is)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for i, c in sorted(curves.items()):
-        ax.plot([s["seconds"] for s in c["steps"]], [s["n_best"] for s in c["steps"]],
-                marker=".", label=f"{i}: {c['arm']['name']}")
-    ax.set_xlabel("seconds of fitting")
-    ax.set_ylabel("states at the best response (of 12)")
-    ax.set_ylim(0, 12.5)
-    ax.set_title("Capacity probe: Kuhn Poker's best response, fitted")
-    ax.legend(fontsize=7, loc="lower right")
+        steps = [s["step"] for s in c["steps"]]
+        left.plot(steps, [s["n_best"] for s in c["steps"]], marker=".", label=f"{i}: {c['arm']['name']}")
+        right.plot(steps, [s["p_bet"]["Kb"] - s["p_bet"]["Jb"] for s in c["steps"]], marker=".")
+    left.set_xlabel("optimizer steps")
+    left.set_ylabel("states at the best response (of 12)")
+    left.set_ylim(0, 12.5)
+    left.legend(fontsize=7, loc="lower right")
+    right.set_xlabel("optimizer steps")
+    right.set_ylabel("P(bet | K facing a bet) - P(bet | J facing a bet)")
+    right.axhline(0, color="grey", lw=0.5)
+    fig.suptitle("Capacity probe: Kuhn Poker's best response, fitted by supervision")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -35,13 +35,15 @@ class Arm:
 
 
 # The arms `make lab` compares (docs/lab.md): the Kuhn recipes' adapter on both layouts, then
-# on the compact layout the MLP added, a larger step, and every weight trained.
+# on the compact layout the MLP added, a larger step, every weight trained, and the MLP with a
+# step ten times the recipes'.
 ARMS: tuple[Arm, ...] = (
     Arm("paper, LoRA r16 attention, lr 1e-4", style="paper"),
     Arm("compact, LoRA r16 attention, lr 1e-4"),
     Arm("compact, LoRA r16 attention+MLP, lr 1e-4", targets=ATTENTION + MLP),
     Arm("compact, LoRA r16 attention, lr 3e-4", lr=3e-4),
     Arm("compact, full fine-tuning, lr 1e-5", rank=0, lr=1e-5),
+    Arm("compact, LoRA r16 attention+MLP, lr 1e-3", targets=ATTENTION + MLP, lr=1e-3),
 )
 
 

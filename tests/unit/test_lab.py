@@ -90,4 +90,4 @@ def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_
     assert "| 1 | compact, LoRA r16 attention, lr 1e-4 |" in (out / "probe.md").read_text()
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), "--arms", "9",
                           "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["--arms: no arm 9 (0 to 4)"]
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["--arms: no arm 9 (0 to 5)"]

@@ -137,6 +137,8 @@ def test_a_temporary_server_that_does_not_start_in_time_is_one_line(monkeypatch,
     def slow():
         raise RuntimeError(TIMED_OUT)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    # no server configured, whatever the suite's Prefect test harness set up before this test
+    monkeypatch.setattr(sys.modules["cli.main"], "check_prefect_api", lambda: False)
     monkeypatch.setattr(signals, "start_temporary_server", slow)
     monkeypatch.setattr(COMMANDS["train"].module, "check", lambda args: None)
     monkeypatch.setattr(COMMANDS["train"].module, "run", pytest.fail)  # never reached

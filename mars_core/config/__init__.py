@@ -140,6 +140,8 @@ class Config(_Section):
         if trained:
             raise ValueError(f"evaluation.held_out: {', '.join(trained)} is also a training game "
                              "(rollout.games); a held-out game is one never trained on")
+        # the evaluations play the run's layout too: a held-out game needs one
+        check_prompt(self.rollout.prompt, self.evaluation.held_out)
         a, b = self.algorithm, self.batching
         for knob, why in (("overlap", "plays each iteration one update behind"),
                           ("int8", "samples with other weights than the update's")):

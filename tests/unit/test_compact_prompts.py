@@ -78,6 +78,9 @@ def test_prompt_layout_errors_name_the_problem():
     with pytest.raises(ConfigError, match="no compact layout for mini_hanabi"):
         config_from_dict({"rollout": {"games": ["tic_tac_toe", "mini_hanabi"],
                                       "prompt": "compact"}})
+    with pytest.raises(ConfigError, match="no compact layout for simple_hanabi"):
+        config_from_dict({"rollout": {"games": ["kuhn_poker"], "prompt": "compact"},
+                          "evaluation": {"held_out": ["leduc_poker", "simple_hanabi"]}})
     cfg = config_from_dict({"rollout": {"games": ["kuhn_poker"], "prompt": "compact"}})
     assert cfg.rollout.prompt == "compact" and PROMPT_STYLES == ("paper", "compact")
 

@@ -44,15 +44,11 @@ def info_states() -> list[InfoState]:
     return [InfoState(p, c, h) for p in (0, 1) for h in HISTORIES[p] for c in range(3)]
 
 
-def _game():
+@cache
+def _kuhn():
     import pyspiel
 
     return pyspiel.load_game("kuhn_poker")
-
-
-@cache
-def _kuhn():
-    return _game()
 
 
 def deal(cards: tuple[int, int], history: str = ""):

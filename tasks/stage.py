@@ -65,6 +65,19 @@ class StageContext:
         return derive_seed(self.cfg, stream, self.k)
 
 
+# stage name -> its task, filled by @iteration_stage as the stage modules are imported
+STAGE_TASKS: dict[str, object] = {}
+
+
+def stage_task(name: str):
+    """The task `@iteration_stage(name)` made (the training flow runs ITERATION_STAGES by it)."""
+    if name not in STAGE_TASKS:
+        raise KeyError(f"no task declares the iteration stage {name!r}: decorate its body with "
+                       "@iteration_stage in a tasks module the training flow imports "
+                       "(docs/adding-a-stage.md)")
+    return STAGE_TASKS[name]
+
+
 Body = Callable[[StageContext, Path], dict]
 Hook = Callable[[StageContext], object]
 
@@ -98,9 +111,10 @@ def iteration_stage(name: str, *, step: bool = True, artifacts: tuple[str, ...] 
 
         run.__name__, run.__qualname__ = body.__name__, body.__qualname__
         run.__module__, run.__doc__ = body.__module__, body.__doc__
-        stage_task = task(run, name=body.__name__, task_run_name=name + " iter_{k:04d}",
+        made = task(run, name=body.__name__, task_run_name=name + " iter_{k:04d}",
                           cache_policy=NO_CACHE, **PUBLISH_RETRY)
-        stage_task.stage, stage_task.body = name, body
-        return stage_task
+        made.stage, made.body = name, body
+        STAGE_TASKS[name] = made
+        return made
 
     return declare

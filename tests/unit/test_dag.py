@@ -348,8 +348,14 @@ def _stage_calls(code: Code, key, seen=()) -> list[str]:
 
 
 def test_train_flow_calls_its_stages_by_name_in_the_layouts_order(code):
+    """init's and final's stages by name; an iteration's in a loop over ITERATION_STAGES (each
+    by its declared task: tests/unit/test_stage.py runs the loop), the evaluation by name."""
     calls = _stage_calls(code, ("flows.train", "train_flow"))
-    assert calls == [s for _, stages in layout.STAGES for s in stages]
+    assert calls == [*layout.INIT_STAGES, EVALUATE, *layout.FINAL_STAGES]
+    loops = [n for n in ast.walk(code.functions[("flows.train", "_iteration")])
+             if isinstance(n, ast.For) and isinstance(n.iter, ast.Name)]
+    assert [code.names["flows.train"].get(n.iter.id) for n in loops] == [
+        (LAYOUT, "ITERATION_STAGES")]
 
 
 def test_the_mermaid_picture_names_every_stage_and_edge():

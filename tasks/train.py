@@ -31,7 +31,7 @@ from tasks.stage import StageContext, iteration_stage
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 from tasks.tracking import log_metrics_once
-from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
+from tasks.model_registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
 
 # the DeepSpeed worker's spec, log and metrics, and the per-step metrics stay in train_step/,
 # out of the checkpoint

@@ -94,7 +94,7 @@ def model_line(spec: str, what: str) -> str:
     from mars_core.models.weights import (EMBEDDED_DIRNAME, MARKER, check_model_folder,
                                           default_cache_dir, embedded_gguf_path, resolve_model)
     from mars_core.privacy.redact import redact_text
-    from tasks.registry import MODEL_URI
+    from tasks.model_registry import MODEL_URI
 
     if is_bot(spec):
         return f"{what}: {spec} (a bot)"

@@ -14,7 +14,7 @@ def check_model_spec(spec: str, flag: str, endpoint_ok: bool = True,
     from mars_core.config import ConfigError
     from mars_core.models.weights import check_model_folder, resolve_model
     from mars_core.engines.chat import is_endpoint
-    from tasks.registry import MODEL_URI, check_registered
+    from tasks.model_registry import MODEL_URI, check_registered
 
     if is_endpoint(spec) and not endpoint_ok:
         raise ConfigError(f"{flag}: an endpoint URL cannot play games here; give a model folder "

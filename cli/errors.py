@@ -16,7 +16,7 @@ def one_line_errors() -> tuple[type[BaseException], ...]:
     from mars_core.models.weights import ModelError
     from mars_core.run.commit import StageError
     from tasks.paths import RunDirError
-    from tasks.registry import RegistryError
+    from tasks.model_registry import RegistryError
     from tasks.shards import ClusterError
     from tasks.tracking import TrackingError
 

@@ -5,6 +5,8 @@
     docs/reference/deployments.md  every deployment of prefect.yaml
     docs/reference/packages.md     the package map of mars_core/ (each package's docstring)
     docs/dag.md                    one iteration's DAG (docs/dag.py, from the run layout)
+    README.md                      its Mermaid block only: the same DAG (the rest is by hand)
+    docs/architecture.md           its `iter_k:` chain only: the iteration's stages in order
     docs/index.md                  the site's home page: README.md, its links made relative
 
     .venv/bin/python docs/gen_reference.py           # rewrite them (`make docs-gen`)
@@ -366,13 +368,45 @@ def dag_page() -> str:
     return runpy.run_path(str(REPO / "docs" / "dag.py"))["render"]()
 
 
-PAGES = {
+_MERMAID = re.compile(r"```mermaid\n.*?```", re.S)
+
+
+def readme_page(text: str | None = None) -> str:
+    """README.md (or `text`) with its one Mermaid block redrawn from the run layout
+    (`mars_core.run.layout.dag_mermaid`, the picture docs/dag.md shows)."""
+    from mars_core.run.layout import dag_mermaid
+
+    text = (REPO / "README.md").read_text() if text is None else text
+    if len(_MERMAID.findall(text)) != 1:
+        raise SystemExit("README.md: expected exactly one ```mermaid block, the run's DAG")
+    return _MERMAID.sub(lambda _: "```mermaid\n" + dag_mermaid() + "```", text)
+
+
+_CHAIN = re.compile(r"^iter_k: .*?\n(?=final/)", re.S | re.M)
+
+
+def architecture_page(text: str | None = None) -> str:
+    """docs/architecture.md (or `text`) with its one iteration's chain (the `iter_k:` lines of
+    "One iteration") written from the layout's ITERATION_STAGES."""
+    from mars_core.run.layout import EVALUATE, ITERATION_STAGES
+
+    text = (REPO / "docs" / "architecture.md").read_text() if text is None else text
+    if len(_CHAIN.findall(text)) != 1:
+        raise SystemExit("docs/architecture.md: expected one `iter_k: ...` chain before final/")
+    names = [s + (" (every k)" if s == EVALUATE else "") for s in ITERATION_STAGES]
+    rows = [" -> ".join(names[i:i + 4]) for i in range(0, len(names), 4)]
+    return _CHAIN.sub(lambda _: "iter_k: " + "\n        -> ".join(rows) + "\n", text)
+
+
+PAGES = {  # in writing order: README.md before docs/index.md, which is made from it
+    "README.md": readme_page,
     "docs/index.md": index_page,
     "docs/reference/cli.md": cli_page,
     "docs/reference/config.md": config_page,
     "docs/reference/deployments.md": deployments_page,
     "docs/reference/packages.md": packages_page,
     "docs/dag.md": dag_page,
+    "docs/architecture.md": architecture_page,
 }
 
 

@@ -27,7 +27,7 @@ from mars_core.evaluation.game_eval import per_game_normalized, radar_chart
 from mars_core.engines.chat import BENCHMARK_SAMPLING, benchmark_sampling, is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
 from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
-from tasks.registry import version_of
+from tasks.model_registry import version_of
 from tasks.game_eval import evaluate_suite, resolve_policy
 from tasks.tracking import log_game_eval
 

@@ -27,21 +27,22 @@ from mars_core.config import load_config
 from mars_core.models.weights import import_loaders
 from mars_core.privacy.private import reveal
 from mars_core.privacy.redact import install_log_redaction
-from mars_core.run.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, SAVE_CHECKPOINT, TRAIN_STEP,
-                                  input_dir)
+from mars_core.run.layout import (EVALUATE, GENERATE_ROLLOUTS, INIT, ITERATION_STAGES,
+                                  SAVE_CHECKPOINT, TRAIN_STEP, input_dir)
 from tasks.artifacts import Progress, flush_logs, publish_markdown, publish_table
-from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
 from tasks.evaluate import compare_start_final, evaluate, evaluation_records, learning_curve
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
-from tasks.postprocess import assign_rewards, build_players, filter_steps
-from tasks.replay import write_iteration_replays
 from tasks.rollout import STOP_PLAY, generate_rollouts
 from tasks.shards import connect, share_config, unshare_config
 from tasks.tracking import ensure_run, nested_run, set_terminated, tracking_uri
-from tasks.train import prepare_policy, register_final, save_checkpoint, train_step
+from tasks.stage import stage_task
+from tasks.train import prepare_policy, register_final
+# the other modules of iteration stages: `_iteration` runs their @iteration_stage tasks by name
+import tasks.batching, tasks.postprocess, tasks.replay  # noqa: E401,F401,E402
+
 
 def summary_line(k: int, n: int, m: dict) -> str:
     def g(key, fmt="{:.3f}"):
@@ -128,29 +129,28 @@ def _iterations(run_dir: str, cfg) -> dict:
 
 def _iteration(run_dir: str, k: int, evaluated: bool, ahead: dict[int, Future],
                overlap: bool) -> dict:
-    """Iteration k, stage by stage (`mars_core.run.layout.ITERATION_STAGES`; the folders each
-    stage reads: `STAGE_INPUTS`); the stages' metrics merged, a later key winning. Its games
-    come from `ahead` when they were started during iteration k-1's update; with `overlap`,
-    iteration k+1's are started before k's update and have ended before k's checkpoint is
-    saved (saving prunes older weights; evaluating uses the engines)."""
+    """Iteration k, stage by stage in the layout's order (`ITERATION_STAGES`, each run by the
+    task its `@iteration_stage` body declares, `tasks.stage`; the folders each stage reads:
+    `STAGE_INPUTS`); the stages' metrics merged, a later key winning. Its games come from
+    `ahead` when they were started during iteration k-1's update; with `overlap`, iteration
+    k+1's are started before k's update and have ended before k's checkpoint is saved (saving
+    prunes older weights; evaluating uses the engines). The evaluation runs every
+    `evaluation.every` iterations and after the last (`evaluated`)."""
     metrics: dict = {}
-    metrics |= ahead.pop(k).result() if k in ahead else generate_rollouts(run_dir, k)
-    metrics |= build_players(run_dir, k)
-    metrics |= filter_steps(run_dir, k)
-    metrics |= assign_rewards(run_dir, k)
-    metrics |= bank_episodes(run_dir, k)
-    metrics |= build_batch(run_dir, k)
-    metrics |= compute_advantages(run_dir, k)
-    metrics |= write_iteration_replays(run_dir, k)
-    if overlap:
-        ahead[k + 1] = _ahead(run_dir, k + 1)
-    metrics |= train_step(run_dir, k)
-    if k + 1 in ahead:
-        ahead[k + 1].exception()  # waits; a failure is raised when iteration k+1 takes them
-    metrics |= save_checkpoint(run_dir, k)
-    if evaluated:  # every `evaluation.every` iterations, and after the last
-        policy = str(input_dir(run_dir, k, reader=EVALUATE, stage=SAVE_CHECKPOINT))
-        metrics |= _evaluated(run_dir, k, evaluate(run_dir, k, policy, k + 1), k + 1)
+    for stage in ITERATION_STAGES:
+        if stage == GENERATE_ROLLOUTS and k in ahead:
+            metrics |= ahead.pop(k).result()
+            continue
+        if stage == EVALUATE:
+            if evaluated:
+                policy = str(input_dir(run_dir, k, reader=EVALUATE, stage=SAVE_CHECKPOINT))
+                metrics |= _evaluated(run_dir, k, evaluate(run_dir, k, policy, k + 1), k + 1)
+            continue
+        if stage == TRAIN_STEP and overlap:
+            ahead[k + 1] = _ahead(run_dir, k + 1)
+        if stage == SAVE_CHECKPOINT and k + 1 in ahead:
+            ahead[k + 1].exception()  # waits; a failure is raised when iteration k+1 takes them
+        metrics |= stage_task(stage)(run_dir, k)
     return metrics
 
 

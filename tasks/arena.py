@@ -17,7 +17,7 @@ from mars_core.run.layout import CONFIG_FILE, checkpoint_dir, iter_dir, iter_nam
 from mars_core.rollout.play import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode
 from tasks.engine_factory import bf16_wanted
-from tasks.registry import local_model
+from tasks.model_registry import local_model
 from tasks.tracking import _metric_key, log_one_run
 from tasks.shards import run_shards, shard_slices
 from tasks.traces import log_game_traces

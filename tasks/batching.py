@@ -16,8 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from mars_core.batching.bank import bank_add, bank_read, trainable_turns
 from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composition_metrics,
@@ -26,93 +24,75 @@ from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
 from mars_core.advantages.estimators import estimator
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
-                                  SAVE_CHECKPOINT, TURNS_FILE, input_dir)
+                                  SAVE_CHECKPOINT, TURNS_FILE)
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import write_json
-from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
-from tasks.paths import read_config
+from tasks.stage import StageContext, iteration_stage
 
 
 def bank_dir(run_dir: str) -> Path:
     return Path(run_dir) / BANK_DIR
 
 
-@task(task_run_name=BANK_EPISODES + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def bank_episodes(run_dir: str, k: int) -> dict:
+@iteration_stage(BANK_EPISODES)
+def bank_episodes(ctx: StageContext, out: Path) -> dict:
     """Iteration k's trainable policy steps into the episodes bank (idempotent on resume): the
     eligible ones with completion tokens, carrying the rewards of those without (a context
     overflow's penalty lands on the seat's last trainable turn, `trainable_turns`)."""
-    def body(out: Path) -> dict:
-        rewarded = input_dir(run_dir, k, reader=BANK_EPISODES, stage=ASSIGN_REWARDS)
-        turns = pl.read_parquet(rewarded / TURNS_FILE)
-        steps, counts = trainable_turns(turns)
-        steps = with_turn_ids(steps)
-        path = bank_add(bank_dir(run_dir), k, steps)
-        write_json(out / BANK_FILE, {"part": str(path), "steps": len(steps), **counts})
-        return {"bank/steps_added": float(len(steps)),
-                "bank/episodes_added": float(steps["episode_id"].n_unique()),
-                "bank/tokenless_carried": float(counts["carried"]),
-                "bank/tokenless_lost": float(counts["lost"])}
-
-    return run_stage(run_dir, k, BANK_EPISODES, body, step=k)
+    turns = pl.read_parquet(ctx.inputs[ASSIGN_REWARDS] / TURNS_FILE)
+    steps, counts = trainable_turns(turns)
+    steps = with_turn_ids(steps)
+    path = bank_add(bank_dir(ctx.run_dir), ctx.k, steps)
+    write_json(out / BANK_FILE, {"part": str(path), "steps": len(steps), **counts})
+    return {"bank/steps_added": float(len(steps)),
+            "bank/episodes_added": float(steps["episode_id"].n_unique()),
+            "bank/tokenless_carried": float(counts["carried"]),
+            "bank/tokenless_lost": float(counts["lost"])}
 
 
-@task(task_run_name=BUILD_BATCH + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def build_batch(run_dir: str, k: int) -> dict:
+@iteration_stage(BUILD_BATCH)
+def build_batch(ctx: StageContext, out: Path) -> dict:
     """Iteration k's training batch, drawn from the bank; its composition is logged."""
-    cfg = read_config(Path(run_dir))
-    b = cfg.batching
-
-    def body(out: Path) -> dict:
-        first = max(0, k - b.window + 1)
-        bank = input_dir(run_dir, k, reader=BUILD_BATCH, stage=BANK_EPISODES)
-        pool = bank_read(bank, range(first, k + 1))
-        used: set[str] = set()
-        if not b.reuse:
-            for j in range(first, k):
-                drawn = input_dir(run_dir, k, reader=BUILD_BATCH, stage=BUILD_BATCH, at=j)
-                ids = "turn_id" if "turn_id" in pl.read_parquet_schema(drawn / BATCH_FILE) \
-                    else FORMER_ID  # a batch drawn before the rename
-                used |= set(pl.read_parquet(drawn / BATCH_FILE, columns=[ids])[ids])
-        batch, comp = draw(pool, unit=b.unit, size=b.size,
-                           seed=derive_seed(cfg, Stream.BATCHING, k),
-                           max_turns_per_episode=b.max_turns_per_episode,
-                           reward_bins=b.reward_bins, exclude=used)
-        batch.write_parquet(out / BATCH_FILE)
-        write_json(out / COMPOSITION_FILE, comp)
-        return composition_metrics(comp)
-
-    return run_stage(run_dir, k, BUILD_BATCH, body, step=k)
+    b, k = ctx.cfg.batching, ctx.k
+    first = max(0, k - b.window + 1)
+    pool = bank_read(ctx.inputs[BANK_EPISODES], range(first, k + 1))
+    used: set[str] = set()
+    if not b.reuse:
+        for j in range(first, k):
+            drawn = ctx.earlier(BUILD_BATCH, at=j)
+            ids = "turn_id" if "turn_id" in pl.read_parquet_schema(drawn / BATCH_FILE) \
+                else FORMER_ID  # a batch drawn before the rename
+            used |= set(pl.read_parquet(drawn / BATCH_FILE, columns=[ids])[ids])
+    batch, comp = draw(pool, unit=b.unit, size=b.size, seed=ctx.seed(Stream.BATCHING),
+                       max_turns_per_episode=b.max_turns_per_episode,
+                       reward_bins=b.reward_bins, exclude=used)
+    batch.write_parquet(out / BATCH_FILE)
+    write_json(out / COMPOSITION_FILE, comp)
+    return composition_metrics(comp)
 
 
-@task(task_run_name=COMPUTE_ADVANTAGES + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def compute_advantages(run_dir: str, k: int) -> dict:
+@iteration_stage(COMPUTE_ADVANTAGES)
+def compute_advantages(ctx: StageContext, out: Path) -> dict:
     """Advantages of the batch by the configured estimator; the samples the trainer reads."""
-    cfg = read_config(Path(run_dir))
-    a = cfg.algorithm
-
-    def body(out: Path) -> dict:
-        est = estimator(a.estimator)
-        batch = pl.read_parquet(input_dir(run_dir, k, reader=COMPUTE_ADVANTAGES,
-                                          stage=BUILD_BATCH) / BATCH_FILE)
-        state = load_estimator_state(input_dir(run_dir, k, reader=COMPUTE_ADVANTAGES,
-                                               stage=SAVE_CHECKPOINT, at=k - 1)) if k > 0 else {}
-        with_adv, new = est.estimate(batch, est.options(a), state.get(est.name))
-        if est.stateful:
-            state = {**state, est.name: new}
-        metrics: dict[str, float] = est.state_metrics(new)
-        write_json(out / ESTIMATOR_STATE, state)
-        if a.drop_zero_advantage:
-            metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
-            with_adv = with_adv.filter(pl.col("advantage") != 0)
-        samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
-                                  "reward", "advantage", "prompt_ids", "completion_ids",
-                                  "logprobs", "temperature")
-        samples.write_parquet(out / SAMPLES_FILE)
-        adv = samples["advantage"]
-        return metrics | {"batch/samples": float(len(samples)),
-                          "batch/advantage_mean": float(adv.mean() or 0.0),
-                          "batch/advantage_std": float(adv.std() or 0.0),
-                          "batch/advantage_abs_max": float(adv.abs().max() or 0.0)}
-
-    return run_stage(run_dir, k, COMPUTE_ADVANTAGES, body, step=k)
+    a = ctx.cfg.algorithm
+    est = estimator(a.estimator)
+    batch = pl.read_parquet(ctx.inputs[BUILD_BATCH] / BATCH_FILE)
+    state = (load_estimator_state(ctx.earlier(SAVE_CHECKPOINT, at=ctx.k - 1))
+             if ctx.k > 0 else {})
+    with_adv, new = est.estimate(batch, est.options(a), state.get(est.name))
+    if est.stateful:
+        state = {**state, est.name: new}
+    metrics: dict[str, float] = est.state_metrics(new)
+    write_json(out / ESTIMATOR_STATE, state)
+    if a.drop_zero_advantage:
+        metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
+        with_adv = with_adv.filter(pl.col("advantage") != 0)
+    samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
+                              "reward", "advantage", "prompt_ids", "completion_ids",
+                              "logprobs", "temperature")
+    samples.write_parquet(out / SAMPLES_FILE)
+    adv = samples["advantage"]
+    return metrics | {"batch/samples": float(len(samples)),
+                      "batch/advantage_mean": float(adv.mean() or 0.0),
+                      "batch/advantage_std": float(adv.std() or 0.0),
+                      "batch/advantage_abs_max": float(adv.abs().max() or 0.0)}

@@ -12,7 +12,7 @@ from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import PromptBuilder, RolloutStats
 from tasks.engine_factory import bf16_wanted
 from tasks.stage_runner import PUBLISH_RETRY
-from tasks.registry import local_model
+from tasks.model_registry import local_model
 from tasks.shards import run_shards, shard_slices
 
 

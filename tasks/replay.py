@@ -14,14 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from mars_core.run.layout import (ADVANTAGES_FILE, ASSIGN_REWARDS, COMPUTE_ADVANTAGES, REPLAYS,
-                                  SAMPLES_FILE, input_dir, iter_name, write_episodes)
+                                  SAMPLES_FILE, write_episodes)
 from mars_core.viewer.replay import ReplayEpisode, load_stage, pick_spread, write_replays
-from tasks.stage_runner import PUBLISH_RETRY, run_stage
-from tasks.paths import read_config
+from tasks.stage import StageContext, iteration_stage
 
 
 def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
@@ -36,21 +33,17 @@ def save_picked(out: Path, picked: list[ReplayEpisode]) -> None:
                                "advantage": pl.Float64}).write_parquet(out / ADVANTAGES_FILE)
 
 
-@task(task_run_name=REPLAYS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def write_iteration_replays(run_dir: str, k: int) -> dict:
+def _wanted(ctx: StageContext) -> bool:
+    return ctx.cfg.tracking.replays_per_iteration != 0  # 0: no stage folder at all
+
+
+@iteration_stage(REPLAYS, step=False, artifacts=(".",), artifact_path=REPLAYS + "/{iter}",
+                 when=_wanted)
+def write_iteration_replays(ctx: StageContext, out: Path) -> dict:
     """Iteration k's replay pages (resumable; logged to MLflow once the pages exist)."""
-    cfg = read_config(Path(run_dir))
-    n = cfg.tracking.replays_per_iteration
-    if n == 0:
-        return {}
-
-    def body(out: Path) -> dict:
-        turns = input_dir(run_dir, k, reader=REPLAYS, stage=ASSIGN_REWARDS)
-        samples = input_dir(run_dir, k, reader=REPLAYS, stage=COMPUTE_ADVANTAGES) / SAMPLES_FILE
-        picked = pick_spread(load_stage(turns, samples, k), n)
-        pages = write_replays(picked, out, prompt=cfg.rollout.prompt)
-        save_picked(out, picked)
-        return {"replays/pages": float(len(pages))}
-
-    return run_stage(run_dir, k, REPLAYS, body, step=None, artifacts=(".",),
-                     artifact_path=f"{REPLAYS}/{iter_name(k)}")
+    samples = ctx.inputs[COMPUTE_ADVANTAGES] / SAMPLES_FILE
+    picked = pick_spread(load_stage(ctx.inputs[ASSIGN_REWARDS], samples, ctx.k),
+                         ctx.cfg.tracking.replays_per_iteration)
+    pages = write_replays(picked, out, prompt=ctx.cfg.rollout.prompt)
+    save_picked(out, picked)
+    return {"replays/pages": float(len(pages))}

@@ -15,8 +15,7 @@ from mars_core.rollout.play import EpisodeSpec, RolloutStats, play_episodes
 from mars_core.rollout.reports import rollout_metrics, transcript
 from mars_core.rollout.samplers import is_frozen, plan_episodes
 from mars_core.run.layout import (EPISODES_FILE, EPISODES_SAMPLE_FILE, GENERATE_ROLLOUTS,
-                                  TRANSCRIPTS_FILE, TURNS_FILE, iter_name, stage_dir,
-                                  write_episodes)
+                                  TRANSCRIPTS_FILE, TURNS_FILE, stage_dir, write_episodes)
 from mars_core.run.seeds import Stream
 from mars_core.types import Episode, turns_frame
 from mars_core.vocab import FROZEN, POLICY, Outcome
@@ -25,7 +24,8 @@ from tasks.game_shards import play_shard, sharded_episodes
 from tasks.paths import read_config
 from tasks.policies import frozen_snapshots, policy_at
 from tasks.shards import drop_shards, shard_slices
-from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
+from tasks.stage import StageContext, iteration_stage
+from tasks.stage_runner import derive_seed
 
 
 # set by the training flow when it fails while an iteration's games are played ahead in a
@@ -123,42 +123,41 @@ def _sharded(cfg, run_dir: str, k: int, n_specs: int) -> tuple[list[Episode], Ro
                             {"run_dir": run_dir, "k": k}, "rollout")
 
 
-@task(task_run_name=GENERATE_ROLLOUTS + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def generate_rollouts(run_dir: str, k: int) -> dict:
-    cfg = read_config(Path(run_dir))
+def _drop_merged_shards(ctx: StageContext) -> None:
+    drop_shards(ctx.folder)  # merged into the stage folder
 
-    def body(out: Path) -> dict:
-        seed = derive_seed(cfg, Stream.ROLLOUTS, k)
-        specs = plan_iteration(cfg, run_dir, k, seed)
-        metrics, engine = {}, None
-        if cfg.cluster.sharded:
-            episodes, stats, metrics = _sharded(cfg, run_dir, k, len(specs))
-        else:
-            episodes, stats, engine, _ = _play(cfg, run_dir, k, specs, seed)
-        write_episodes(out, episodes)
-        write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
-        metrics |= {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
-        if len(cfg.rollout.games) > 1:  # the generalist: each game's curves too
-            for game in cfg.rollout.games:
-                mine = [ep for ep in episodes if ep.game == game]
-                metrics |= {f"rollout/{game}/{key}": v for key, v in rollout_metrics(mine).items()}
-        metrics |= opponent_metrics(episodes)
-        metrics["rollout/tokens_per_s"] = stats.tokens_per_s
-        metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
-        if getattr(engine, "autocast_bf16", None) is not None:  # in process: which precision played
-            metrics["rollout/bf16"] = float(engine.autocast_bf16)
-            metrics["rollout/int8"] = float(cfg.rollout.int8)
-        if engine is not None and "reloads" in engine.stats:  # vLLM: requests in flight, reloads
-            metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
-            metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])
-            metrics["rollout/weight_reload_s"] = engine.stats["reload_seconds"]
-        if engine is not None and "replicas" in engine.stats:  # a pool of vLLM servers
-            for key in ("replicas", "retried", "left"):
-                metrics[f"rollout/vllm_{key}"] = float(engine.stats[key])
-        return metrics
 
-    metrics = run_stage(run_dir, k, GENERATE_ROLLOUTS, body, step=k,
-                        artifacts=(EPISODES_SAMPLE_FILE, TRANSCRIPTS_FILE), artifact_path=iter_name(k),
-                        datasets=(EPISODES_FILE, TURNS_FILE))
-    drop_shards(stage_dir(run_dir, k, GENERATE_ROLLOUTS))  # merged into the stage folder
+@iteration_stage(GENERATE_ROLLOUTS, artifacts=(EPISODES_SAMPLE_FILE, TRANSCRIPTS_FILE),
+                 artifact_path="{iter}", datasets=(EPISODES_FILE, TURNS_FILE),
+                 after=_drop_merged_shards)
+def generate_rollouts(ctx: StageContext, out: Path) -> dict:
+    """Iteration k's games, in process or in rollout_shard tasks (`cluster.shards`)."""
+    cfg, run_dir, k = ctx.cfg, ctx.run_dir, ctx.k
+    seed = ctx.seed(Stream.ROLLOUTS)
+    specs = plan_iteration(cfg, run_dir, k, seed)
+    metrics, engine = {}, None
+    if cfg.cluster.sharded:
+        episodes, stats, metrics = _sharded(cfg, run_dir, k, len(specs))
+    else:
+        episodes, stats, engine, _ = _play(cfg, run_dir, k, specs, seed)
+    write_episodes(out, episodes)
+    write_samples(out, episodes, cfg.tracking.sample_episodes, cfg.tracking.transcripts, seed)
+    metrics |= {f"rollout/{key}": v for key, v in rollout_metrics(episodes).items()}
+    if len(cfg.rollout.games) > 1:  # the generalist: each game's curves too
+        for game in cfg.rollout.games:
+            mine = [ep for ep in episodes if ep.game == game]
+            metrics |= {f"rollout/{game}/{key}": v for key, v in rollout_metrics(mine).items()}
+    metrics |= opponent_metrics(episodes)
+    metrics["rollout/tokens_per_s"] = stats.tokens_per_s
+    metrics["rollout/generated_tokens"] = float(stats.generated_tokens)
+    if getattr(engine, "autocast_bf16", None) is not None:  # in process: which precision played
+        metrics["rollout/bf16"] = float(engine.autocast_bf16)
+        metrics["rollout/int8"] = float(cfg.rollout.int8)
+    if engine is not None and "reloads" in engine.stats:  # vLLM: requests in flight, reloads
+        metrics["rollout/max_in_flight"] = float(engine.stats["max_in_flight"])
+        metrics["rollout/weight_reloads"] = float(engine.stats["reloads"])
+        metrics["rollout/weight_reload_s"] = engine.stats["reload_seconds"]
+    if engine is not None and "replicas" in engine.stats:  # a pool of vLLM servers
+        for key in ("replicas", "retried", "left"):
+            metrics[f"rollout/vllm_{key}"] = float(engine.stats[key])
     return metrics

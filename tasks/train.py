@@ -27,10 +27,11 @@ from mars_core.training.trainer import (TorchUpdater, enable_gradient_checkpoint
 from mars_core.training.warmup import invalid_rate, sft_steps, warmup_examples
 from tasks.engine_factory import make_engine, prompt_builder, sampling, use_bf16
 from tasks.policies import initial_policy, policy_at
+from tasks.stage import StageContext, iteration_stage
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage
 from tasks.paths import read_config
 from tasks.tracking import log_metrics_once
-from tasks.registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
+from tasks.model_registry import MLFLOW_DIR, model_card, register_model, save_mlflow_model
 
 # the DeepSpeed worker's spec, log and metrics, and the per-step metrics stay in train_step/,
 # out of the checkpoint
@@ -181,52 +182,47 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     return metrics
 
 
-@task(task_run_name=TRAIN_STEP + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def train_step(run_dir: str, k: int) -> dict:
-    """One PPO update on iteration k's batch, from the policy (and optimizer state) of k-1,
-    with the backend `trainer.backend` names (torch in process, or DeepSpeed workers)."""
-    cfg = read_config(Path(run_dir))
-    train = _train_deepspeed if cfg.trainer.backend == "deepspeed" else _train_torch
-
-    def body(out: Path) -> dict:
-        metrics = train(cfg, run_dir, k, out) | {"bf16": float(use_bf16(cfg, "update"))}
-        advantages = input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
-        save_estimator_state(out, read_json(advantages / ESTIMATOR_STATE))
-        return {f"train/{key}": v for key, v in metrics.items()}
-
-    metrics = run_stage(run_dir, k, TRAIN_STEP, body, step=k)
-    _log_optimizer_steps(Path(run_dir), cfg, k)
-    return metrics
-
-
-def _log_optimizer_steps(run_dir: Path, cfg, k: int) -> None:
+def _log_optimizer_steps(ctx: StageContext) -> None:
     """Each optimizer step's metrics as MLflow metrics `opt/<name>` at the run's global
     optimizer step (iteration k's first is k x steps per iteration), each step once."""
-    file = stage_dir(run_dir, k, TRAIN_STEP) / OPTIMIZER_STEPS_FILE
-    per_iter = cfg.optim.minibatches * cfg.algorithm.ppo_epochs
+    file, k = ctx.folder / OPTIMIZER_STEPS_FILE, ctx.k
+    per_iter = ctx.cfg.optim.minibatches * ctx.cfg.algorithm.ppo_epochs
     for j, m in enumerate(read_json(file) if file.is_file() else []):
-        log_metrics_once(run_dir, {f"opt/{key}": v for key, v in m.items()}, k * per_iter + j)
+        log_metrics_once(Path(ctx.run_dir), {f"opt/{key}": v for key, v in m.items()},
+                         k * per_iter + j)
 
 
-@task(task_run_name=SAVE_CHECKPOINT + " iter_{k:04d}", cache_policy=NO_CACHE, **PUBLISH_RETRY)
-def save_checkpoint(run_dir: str, k: int) -> dict:
+@iteration_stage(TRAIN_STEP, after=_log_optimizer_steps)
+def train_step(ctx: StageContext, out: Path) -> dict:
+    """One PPO update on iteration k's batch, from the policy (and optimizer state) of k-1,
+    with the backend `trainer.backend` names (torch in process, or DeepSpeed workers)."""
+    cfg = ctx.cfg
+    train = _train_deepspeed if cfg.trainer.backend == "deepspeed" else _train_torch
+    metrics = train(cfg, ctx.run_dir, ctx.k, out) | {"bf16": float(use_bf16(cfg, "update"))}
+    save_estimator_state(out, read_json(ctx.inputs[COMPUTE_ADVANTAGES] / ESTIMATOR_STATE))
+    return {f"train/{key}": v for key, v in metrics.items()}
+
+
+def _prune(ctx: StageContext) -> None:
+    """After the checkpoint is published: the train step's own weights (the checkpoint holds
+    the only link it still needs) and the weights of checkpoints older than
+    `checkpoint.keep_last`."""
+    drop_heavy(ctx.inputs[TRAIN_STEP])
+    cfg = ctx.cfg
+    keep = max(cfg.checkpoint.keep_last, 1 + cfg.rollout.policy_lag)  # k+1's games may play k-1
+    for j in prune_plan(ctx.k, keep, cfg.checkpoint.keep_every):
+        drop_heavy(checkpoint_dir(ctx.run_dir, j))
+
+
+@iteration_stage(SAVE_CHECKPOINT, after=_prune)
+def save_checkpoint(ctx: StageContext, out: Path) -> dict:
     """Publish iteration k's weights and trainer state as `iter_k/save_checkpoint/` (hard links,
     no copy) and prune the weights of checkpoints older than `checkpoint.keep_last`."""
-    cfg = read_config(Path(run_dir))
-    src = input_dir(run_dir, k, reader=SAVE_CHECKPOINT, stage=TRAIN_STEP)
-
-    def body(out: Path) -> dict:
-        size = _link_files(src, out, skip=RUN_FILES)
-        write_json(out / CHECKPOINT_FILE, {"iteration": k, "source": str(src)})
-        write_checkpoint_manifest(out)  # before the commit: a checkpoint always has one
-        return {"checkpoint/size_mb": size / 2**20}
-
-    metrics = run_stage(run_dir, k, SAVE_CHECKPOINT, body, step=k)
-    drop_heavy(src)  # the published checkpoint holds the only link it still needs
-    keep = max(cfg.checkpoint.keep_last, 1 + cfg.rollout.policy_lag)  # k+1's games may play k-1
-    for j in prune_plan(k, keep, cfg.checkpoint.keep_every):
-        drop_heavy(checkpoint_dir(run_dir, j))
-    return metrics
+    src = ctx.inputs[TRAIN_STEP]
+    size = _link_files(src, out, skip=RUN_FILES)
+    write_json(out / CHECKPOINT_FILE, {"iteration": ctx.k, "source": str(src)})
+    write_checkpoint_manifest(out)  # before the commit: a checkpoint always has one
+    return {"checkpoint/size_mb": size / 2**20}
 
 
 @task(cache_policy=NO_CACHE, timeout_seconds=3600, **PUBLISH_RETRY)

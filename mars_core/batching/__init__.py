@@ -4,5 +4,5 @@
   read back for a window of iterations;
 - `builder`: the stratified batch builder over the bank.
 
-May import: types, vocab.
+May import: run, types, vocab.
 """

@@ -1,6 +1,7 @@
 """The episodes bank (SPEC section 5, item 5): what of an iteration can be trained on
-(`trainable_turns`), stored on disk as one parquet part per iteration (`bank_add`) and read
-back for a window of iterations (`bank_read`), from which `mars_core.batching.builder` draws batches.
+(`trainable_turns`), stored on disk as one parquet part per iteration (`bank_add`; the part's
+name is the layout's, `mars_core.run.layout.bank_part`) and read back for a window of
+iterations (`bank_read`), from which `mars_core.batching.builder` draws batches.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from mars_core.batching.builder import TRAJECTORY_KEYS
+from mars_core.run.layout import BANK_PART_GLOB, bank_part
 from mars_core.vocab import POLICY
 
 _ROW = "__batch_row"  # helper column names as in mars_core.batching.builder
@@ -21,10 +23,6 @@ _ROW = "__batch_row"  # helper column names as in mars_core.batching.builder
 # bank on disk
 
 
-def _part_path(root: Path, k: int) -> Path:
-    return Path(root) / f"iter_{k:04d}.parquet"
-
-
 def _check_iteration(k: object) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"iteration must be a non-negative int, got {k!r}")
@@ -32,7 +30,8 @@ def _check_iteration(k: object) -> int:
 
 
 def bank_add(root: Path, k: int, steps: pl.DataFrame) -> Path:
-    """Write iteration k's eligible steps as the part `root/iter_{k:04d}.parquet`.
+    """Write iteration k's eligible steps as the part `root/iter_XXXX.parquet` (its name is the
+    layout's, `mars_core.run.layout.bank_part`).
 
     Adds (or replaces) an Int64 `iteration` column equal to k. The part is written to a
     temporary file in `root` and moved in place with `os.replace` (atomic on one file system),
@@ -43,7 +42,7 @@ def bank_add(root: Path, k: int, steps: pl.DataFrame) -> Path:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     out = steps.with_columns(pl.lit(k, dtype=pl.Int64).alias("iteration"))
-    final = _part_path(root, k)
+    final = bank_part(root, k)
     tmp = root / f".{final.name}.{uuid.uuid4().hex}.tmp"
     try:
         out.write_parquet(tmp)
@@ -63,10 +62,10 @@ def bank_read(root: Path, iterations: Iterable[int]) -> pl.DataFrame:
     """
     root = Path(root)
     wanted = sorted({_check_iteration(k) for k in iterations})
-    paths = [p for p in (_part_path(root, k) for k in wanted) if p.is_file()]
+    paths = [p for p in (bank_part(root, k) for k in wanted) if p.is_file()]
     if paths:
         return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
-    existing = sorted(root.glob("iter_*.parquet")) if root.is_dir() else []
+    existing = sorted(root.glob(BANK_PART_GLOB)) if root.is_dir() else []
     if existing:
         return pl.DataFrame(schema=pl.read_parquet_schema(existing[-1]))
     return pl.DataFrame()

@@ -126,6 +126,14 @@ def iteration_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def bank_part(bank_dir: Path, k: int) -> Path:
+    """Iteration k's part of the episodes bank (`BANK_DIR`): `iter_XXXX.parquet`."""
+    return Path(bank_dir) / f"{iter_name(k)}.parquet"
+
+
+BANK_PART_GLOB = "iter_*.parquet"  # every part of the bank
+
+
 def iter_dir(run_dir: Path, k: int) -> Path:
     return Path(run_dir) / iter_name(k)
 

@@ -64,7 +64,7 @@ def _registered_dir(run: Path) -> tuple[Path, dict]:
 
 def test_registered_weights_are_the_checkpoints_files_and_load_unchanged(run, tmp_path):
     from mars_core.models.weights import load_model
-    from tasks.registry import download_registered
+    from tasks.model_registry import download_registered
 
     stored, done = _registered_dir(run)
     last, final = checkpoint_dir(run, 1), final_model_dir(run)
@@ -105,7 +105,7 @@ def test_where_links_fail_the_registry_gets_a_copy(tmp_path, tiny_model_dir, mon
     version loads."""
     import mlflow.transformers
 
-    from tasks.registry import register_model
+    from tasks.model_registry import register_model
     from tests.flows.test_registry import _final_model
 
     run, model = _final_model(tmp_path, tiny_model_dir)

@@ -112,7 +112,7 @@ def registered(tmp_path_factory) -> tuple[str, str]:
 
 
 def _fill(uri: str, tracking: str, cache: str, barrier, out) -> None:
-    from tasks.registry import download_registered
+    from tasks.model_registry import download_registered
 
     barrier.wait()
     out.put(str(download_registered(uri, tracking, Path(cache))))
@@ -139,7 +139,7 @@ def test_two_processes_filling_the_cache_leave_one_verified_copy(registered, tmp
 
 
 def test_tampered_cached_file_is_refused(registered, tmp_path):
-    from tasks.registry import RegistryError, download_registered, version_of
+    from tasks.model_registry import RegistryError, download_registered, version_of
 
     folder = download_registered(*registered, tmp_path)
     assert version_of(folder) == {"policy_model": "tiny-plain", "policy_version": "1"}
@@ -150,7 +150,7 @@ def test_tampered_cached_file_is_refused(registered, tmp_path):
 
 
 def test_missing_alias_in_an_existing_store_is_one_line(registered):
-    from tasks.registry import RegistryError, check_registered
+    from tasks.model_registry import RegistryError, check_registered
 
     uri, tracking = registered
     assert check_registered(uri, tracking, "unused") == 1

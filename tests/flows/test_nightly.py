@@ -19,7 +19,7 @@ import pytest
 from mlflow import MlflowClient
 
 from flows.nightly import nightly_eval_flow
-from tasks.registry import RegistryError, alias_version
+from tasks.model_registry import RegistryError, alias_version
 from tests.conftest import REPO
 from tests.servers import mlflow_in, started
 

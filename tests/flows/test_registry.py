@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 
 def _final_model(tmp_path: Path, tiny_model_dir: Path) -> tuple[Path, Path]:
     """A run folder and its final model folder (plain HF files + the MLflow model inside)."""
-    from tasks.registry import MLFLOW_DIR, model_card, save_mlflow_model
+    from tasks.model_registry import MLFLOW_DIR, model_card, save_mlflow_model
 
     run = tmp_path / "runs" / "reg"
     prepare_run_dir(run, load_config(REPO / "configs/smoke.yaml",
@@ -53,7 +53,7 @@ def test_registered_version_resolves_through_mlflow_with_lineage(tmp_path, tiny_
     import mlflow.transformers
 
     from mars_core.models.weights import load_tokenizer
-    from tasks.registry import download_registered, register_model
+    from tasks.model_registry import download_registered, register_model
     from tasks.tracking import git_state
 
     run, model = _final_model(tmp_path, tiny_model_dir)

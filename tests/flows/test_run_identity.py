@@ -33,7 +33,7 @@ def _weights(folder) -> str:
 
 def test_a_deleted_run_folder_made_again_is_a_new_run_and_a_new_version(
         tmp_path, prefect_api, tiny_model_dir, capsys, monkeypatch):
-    from tasks.registry import download_registered
+    from tasks.model_registry import download_registered
 
     monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
     runs, run = tmp_path / "runs", tmp_path / "runs" / "demo"

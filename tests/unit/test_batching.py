@@ -9,6 +9,7 @@ import pytest
 
 from mars_core.batching.bank import bank_add, bank_read
 from mars_core.batching.builder import build_batch, composition_metrics, reward_bins, with_turn_ids
+from mars_core.run.layout import bank_part
 
 SCHEMA = {"episode_id": pl.Utf8, "game": pl.Utf8, "role": pl.Utf8, "turn": pl.Int64,
           "reward": pl.Float64, "completion_ids": pl.List(pl.Int64)}
@@ -215,7 +216,7 @@ def test_bank_round_trip_overwrite_and_missing_parts(tmp_path):
     assert bank_read(root, [0, 1]).shape == (0, 0)
     p0, p1 = make_pool({"blotto": (2, 3)}, seed=0), make_pool({"blotto": (3, 2)}, seed=1)
     path = bank_add(root, 0, p0)
-    assert path == root / "iter_0000.parquet"
+    assert path == root / "iter_0000.parquet" == bank_part(root, 0)  # the layout names the parts
     bank_add(root, 2, p1.drop("completion_ids"))
     both = bank_read(root, [2, 0, 1, 5])
     assert both.height == p0.height + p1.height

@@ -1,6 +1,7 @@
 """The DAG is visible in the code: `flows/train.py` calls the stages by name in the layout's
 order, and every read of another stage's output in the tasks (and flows) goes through
-`layout.input_dir` with an edge that `STAGE_INPUTS` / `EARLIER_INPUTS` declare (static AST
+`layout.input_dir`, or a declared stage's context (`ctx.inputs[...]`, `ctx.earlier(...)`,
+tasks/stage.py), with an edge that `STAGE_INPUTS` / `EARLIER_INPUTS` declare (static AST
 scans, no run needed); the docs' picture is drawn from the same declarations."""
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ GROUP_CONSTANTS = {"INIT": layout.INIT, "FINAL": layout.FINAL}
 FOLDER_OF = {"checkpoint_dir": layout.SAVE_CHECKPOINT, "start_model_dir": layout.PREPARE_POLICY,
              "final_model_dir": layout.FINAL_MODEL}
 UNKNOWN = "?"
+STAGE_DECORATOR = ("tasks.stage", "iteration_stage")
 
 
 class Code:
@@ -77,6 +79,9 @@ class Code:
                 if stage in STAGE_CONSTANTS.values():
                     owners[key] = {stage}
                     seeds.add(key)
+            if self.declared_stage(key):
+                owners[key] = {self.declared_stage(key)}
+                seeds.add(key)
         changed = True
         while changed:
             changed = False
@@ -89,6 +94,13 @@ class Code:
                         owners[ref] = owners.get(ref, set()) | owners[key]
                         changed = True
         return owners
+
+    def declared_stage(self, key) -> str | None:
+        """The stage a body declared with `@iteration_stage(NAME, ...)` (tasks/stage.py) runs."""
+        for d in self.functions[key].decorator_list:
+            if isinstance(d, ast.Call) and self.target(key, d.func) == STAGE_DECORATOR:
+                return self.constant(key, _arg(d, 0, "name"))
+        return None
 
     def constant(self, key, expr) -> str | None:
         if isinstance(expr, ast.Name):
@@ -152,6 +164,7 @@ def _where(key, node) -> str:
 
 DECLARED = {(r, s) for table in (layout.STAGE_INPUTS, layout.EARLIER_INPUTS)
             for r, inputs in table.items() for s in inputs}
+SAME_GROUP = {(r, s) for r, inputs in layout.STAGE_INPUTS.items() for s in inputs}
 
 
 def undeclared_reads(code: Code) -> tuple[list[str], set[tuple[str, str]]]:
@@ -174,7 +187,32 @@ def undeclared_reads(code: Code) -> tuple[list[str], set[tuple[str, str]]]:
                     problems.append(f"{_where(key, call)}: reads as {pair[0]} inside "
                                     f"{where[1]}, which works for {sorted(code.owners[where])}")
                 used.add(pair)
+    for key in code.functions:
+        for node, same, expr in _context_reads(code.functions[key]):
+            for where, v in code.resolve(key, {"stage": expr}):
+                for reader in sorted(code.owners.get(where) or {UNKNOWN}):
+                    pair = (reader, v["stage"])
+                    ok = pair in (SAME_GROUP if same else DECLARED)
+                    if UNKNOWN in pair or not ok:
+                        problems.append(f"{_where(key, node)}: {pair[0]} reads {pair[1]} "
+                                        f"({'same group' if same else 'an earlier group'}) "
+                                        "through its context, not declared in "
+                                        "mars_core/run/layout.py")
+                    used.add(pair)
     return problems, used
+
+
+def _context_reads(fn: ast.FunctionDef):
+    """A declared stage's reads through its context (tasks/stage.py): `<ctx>.inputs[STAGE]`
+    (its own iteration) and `<ctx>.earlier(STAGE, at=...)` (an earlier one), as (node, same
+    group?, the stage's expression)."""
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "inputs"):
+            yield node, True, node.slice
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "earlier"):
+            yield node, False, _arg(node, 0, "stage")
 
 
 def test_every_cross_stage_read_goes_through_input_dir_and_is_declared(code):
@@ -230,6 +268,16 @@ def test_the_scans_catch_an_undeclared_read(tmp_path):
         "    stage_dir(run_dir, k, ASSIGN_REWARDS)\n"
         "    return run_stage(run_dir, k, BANK_EPISODES, None, step=k)\n")
     (tmp_path / "tasks" / "whole.py").write_text("from mars_core.run import layout\n")
+    (tmp_path / "tasks" / "declared.py").write_text(  # a stage declared once (tasks/stage.py)
+        "from mars_core.run.layout import ASSIGN_REWARDS, BUILD_BATCH, FILTER_STEPS\n"
+        "from tasks.stage import iteration_stage\n"
+        "def _steps(ctx, source):\n"
+        "    return ctx.inputs[source]\n"
+        "@iteration_stage(BUILD_BATCH)\n"
+        "def batch(ctx, out):\n"
+        "    _steps(ctx, FILTER_STEPS)\n"
+        "    ctx.earlier(ASSIGN_REWARDS, at=ctx.k - 1)\n"
+        "    return {}\n")
     code = Code(sorted((tmp_path / "tasks").glob("*.py")), tmp_path)
     problems, used = undeclared_reads(code)
     problems = [p for p in problems if p.startswith("tasks.bad.")]
@@ -238,6 +286,10 @@ def test_the_scans_catch_an_undeclared_read(tmp_path):
     assert f"{BANK_EPISODES} reads {FILTER_STEPS} (same group), not declared" in text
     assert f"reads as {REPLAYS} inside bank, which works for {[BANK_EPISODES]}" in text
     assert (BANK_EPISODES, ASSIGN_REWARDS) in used
+    declared = "\n".join(p for p in undeclared_reads(code)[0] if p.startswith("tasks.declared."))
+    assert (f"tasks.declared._steps (line 4): {BUILD_BATCH} reads {FILTER_STEPS} (same group) "
+            "through its context, not declared") in declared
+    assert f"{BUILD_BATCH} reads {ASSIGN_REWARDS} (an earlier group) through its context" in declared
     direct = foreign_folders(code)
     assert len(direct) == 2 and f"stage_dir reaches {ASSIGN_REWARDS} inside bank" in direct[1]
     assert direct[0] == "tasks.whole: import the layout's names, not the module"
@@ -276,7 +328,8 @@ def test_the_declared_inputs_form_a_dag():
 def _stage_calls(code: Code, key, seen=()) -> list[str]:
     """The stages a flow function runs, in source order, following the module's own helpers."""
     tasks = {k: next(iter(v)) for k, v in code.owners.items()
-             if k[0].startswith("tasks.") and code.calls_of(k, "tasks.stage_runner", "run_stage")}
+             if k[0].startswith("tasks.") and (code.calls_of(k, "tasks.stage_runner", "run_stage")
+                                                or code.declared_stage(k))}
     found: list[str] = []
 
     def visit(node):
@@ -295,8 +348,14 @@ def _stage_calls(code: Code, key, seen=()) -> list[str]:
 
 
 def test_train_flow_calls_its_stages_by_name_in_the_layouts_order(code):
+    """init's and final's stages by name; an iteration's in a loop over ITERATION_STAGES (each
+    by its declared task: tests/unit/test_stage.py runs the loop), the evaluation by name."""
     calls = _stage_calls(code, ("flows.train", "train_flow"))
-    assert calls == [s for _, stages in layout.STAGES for s in stages]
+    assert calls == [*layout.INIT_STAGES, EVALUATE, *layout.FINAL_STAGES]
+    loops = [n for n in ast.walk(code.functions[("flows.train", "_iteration")])
+             if isinstance(n, ast.For) and isinstance(n.iter, ast.Name)]
+    assert [code.names["flows.train"].get(n.iter.id) for n in loops] == [
+        (LAYOUT, "ITERATION_STAGES")]
 
 
 def test_the_mermaid_picture_names_every_stage_and_edge():

@@ -167,6 +167,16 @@ def test_the_readme_is_short_and_draws_the_layouts_dag():
     assert block == layout.dag_mermaid(), "README's DAG differs from the layout's (docs/dag.md)"
 
 
+def test_the_generator_redraws_a_stale_readme_dag():
+    """README.md's Mermaid block is written by docs/gen_reference.py (`make docs-gen`), from the
+    layout; a README holding an old picture is stale, and only the block is rewritten."""
+    readme = (REPO / "README.md").read_text()
+    old = re.sub(r"(```mermaid\n).*?```", r"\1flowchart TD\n  a --> b\n```", readme, flags=re.S)
+    assert old != readme and GEN["readme_page"](old) == readme
+    with pytest.raises(SystemExit, match="exactly one ```mermaid block"):
+        GEN["readme_page"](readme + "\n```mermaid\nflowchart TD\n```\n")
+
+
 _PATH = re.compile(r"`((?:mars_core|tasks|flows|cli|eval|bench|configs|tests|docs|requirements)"
                    r"/[\w./-]*)`")
 

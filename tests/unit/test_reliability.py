@@ -112,7 +112,7 @@ def _register(store: Path, weights: str) -> str:
 
 
 def test_registry_cache_tells_two_stores_v1_apart(tmp_path):
-    from tasks.registry import download_registered
+    from tasks.model_registry import download_registered
 
     a = _register(tmp_path / "a", "weights of store a")
     b = _register(tmp_path / "b", "weights of store b")

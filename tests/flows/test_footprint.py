@@ -103,6 +103,9 @@ def test_weights_are_on_disk_once_per_distinct_model(run):
                 for d in (start_model_dir(run), checkpoint_dir(run, 0), checkpoint_dir(run, 1))}
     assert inodes == expected and len(expected) == 3, sorted(map(str, weights))
     assert len(weights) > len(inodes)  # the final model and the registry are the same bytes
+    # the tokenizer, saved again with every checkpoint and by MLflow, is one file
+    tokenizers = list(run.parent.rglob("tokenizer.json"))
+    assert len(tokenizers) > 3 and len({f.stat().st_ino for f in tokenizers}) == 1, tokenizers
 
 
 def test_where_links_fail_the_registry_gets_a_copy(tmp_path, tiny_model_dir, monkeypatch):

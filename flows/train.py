@@ -34,6 +34,7 @@ from tasks.batching import bank_episodes, build_batch, compute_advantages
 from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
+from tasks.estimate import estimate_line
 from tasks.evaluate import compare_start_final, evaluate, evaluation_records, learning_curve
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.postprocess import assign_rewards, build_players, filter_steps
@@ -73,6 +74,9 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
         if resumed:
             check_finished_stages(Path(run_dir))
         share_config(run_dir, cfg)  # for shard workers in other processes, while it runs
+        estimate = estimate_line(cfg, Path(run_dir))  # after the precision calibration
+        if estimate:
+            print(estimate)
         run_id = ensure_run(Path(run_dir))
         try:
             result = _iterations(run_dir, cfg)

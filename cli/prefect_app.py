@@ -12,13 +12,29 @@ Prefect's own settings add the rest (cli/services.py sets them): the API auth st
 UI's origins.
 
     python -m cli.prefect_app --host 127.0.0.1 --port 4200   (run by cli/services.py)
+
+`temporary_app` is the app of the temporary server a `mars` command starts without
+PREFECT_API_URL (cli/signals.py): Prefect's own, whose shutdown first lets the server record
+what the command sent. The command's last task runs reach the server as events that its
+services (the task-run recorder above all) write to the database one by one; a command that
+skips every task (a rerun of a finished run) sends a burst of them in its last second, and
+stopping the server then cancelled the recorder in the middle of a write: two `Error flushing
+1 events` ERROR blocks with ~150 lines of CancelledError traceback after the run's summary,
+and task runs missing from the UI. Now the services stop once every event delivered to them
+has been handled (`drain_events`), or once the backlog stops shrinking for DRAIN_STALL_S.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import ipaddress
 import socket
+import time
 from urllib.parse import urlsplit
+
+DRAIN_STALL_S = 10.0  # a backlog that has not shrunk for this long is left (a message that fails)
+DRAIN_POLL_S = 0.05
 
 
 def _hostname(authority: str) -> str | None:
@@ -93,6 +109,53 @@ async def _refuse(scope, send, status: int, text: str) -> None:
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+def event_backlog() -> int:
+    """Messages delivered to this server's in-memory subscriptions (events, logs) and not yet
+    handled by their consumer: queued, or being handled (Prefect's in-memory broker counts a
+    delivery as `published` and a handled message as `consumed`)."""
+    from prefect.server.utilities.messaging import memory
+
+    lock = memory._metrics_lock or contextlib.nullcontext()
+    with lock:
+        return sum(max(0, m["published"] - m["consumed"]) for m in memory.METRICS.values())
+
+
+async def drain_events(stall_s: float = DRAIN_STALL_S, poll_s: float = DRAIN_POLL_S,
+                       backlog=event_backlog) -> int:
+    """Wait until `backlog()` is 0, or has not shrunk for `stall_s`; the backlog left."""
+    left, since = backlog(), time.monotonic()
+    while left and time.monotonic() - since < stall_s:
+        await asyncio.sleep(poll_s)
+        now = backlog()
+        if now < left:
+            since = time.monotonic()
+        left = now
+    return left
+
+
+def draining(app):
+    """`app` (a Starlette/FastAPI app) whose shutdown waits for `drain_events` before its own
+    lifespan stops the services that handle the events."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a):
+        async with inner(a) as state:
+            yield state
+            await drain_events()
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def temporary_app():
+    """uvicorn's factory for the temporary server (cli/signals.py starts it in place of
+    `prefect.server.api.server:create_app`, with Prefect's own environment for it)."""
+    from prefect.server.api.server import create_app
+
+    return draining(create_app())
 
 
 def main(argv: list[str] | None = None) -> None:

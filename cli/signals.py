@@ -11,6 +11,10 @@ stays up until the command has reported its flow run's end, then goes with the c
 (Prefect's exit handler stops it). (In the command's group it died first, and the command spent
 minutes retrying a gone API.) It also gets SIGTERM when the command is gone without stopping it
 (kill -9): Linux's parent-death signal, which follows the thread that started it, the main one.
+It serves cli/prefect_app.py's `temporary_app`, Prefect's app whose shutdown waits until the
+server has recorded the events the command sent (its last task runs), and the command's exit
+waits for that (up to STOP_S) instead of Prefect's 5 s before a kill: a rerun that skips every
+task ends with its summary, not with the server's recorder cancelled mid-write.
 
 An interrupt whose KeyboardInterrupt is raised while the main thread runs a finalizer (a
 `__del__`, a weakref callback such as SQLAlchemy's, the garbage collector's) is swallowed by
@@ -32,6 +36,9 @@ import threading
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # prctl(2)
+STOP_S = 120.0  # the temporary server's shutdown (its event backlog recorded) before a kill
+PREFECT_FACTORY = "prefect.server.api.server:create_app"
+TEMPORARY_FACTORY = "cli.prefect_app:temporary_app"
 REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by then (or is retried)
 _last = {"signal": signal.SIGINT}  # the interrupt last received, to deliver again if swallowed
 
@@ -102,6 +109,9 @@ class _OwnSession:
 
     @staticmethod
     def Popen(*args, **kwargs):  # noqa: N802 (subprocess's name)
+        argv = kwargs.get("args")
+        if isinstance(argv, list) and PREFECT_FACTORY in argv:  # Prefect's uvicorn command
+            kwargs["args"] = [TEMPORARY_FACTORY if a == PREFECT_FACTORY else a for a in argv]
         kwargs.setdefault("start_new_session", True)
         prctl = _prctl()
         if prctl is not None and threading.current_thread() is threading.main_thread():
@@ -109,10 +119,30 @@ class _OwnSession:
         return subprocess.Popen(*args, **kwargs)
 
 
+def _stop_server(server) -> None:
+    """Prefect's `SubprocessASGIServer.stop` (an exit handler), quietly and with time for the
+    server's own shutdown (STOP_S, its events recorded) before a kill; an interrupt while it
+    waits kills it at once."""
+    process = server.server_process
+    if process is not None:
+        try:
+            process.terminate()
+            process.wait(timeout=STOP_S)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            process.kill()
+            process.wait()
+        server.server_process = None
+    server._instances.pop(getattr(server, "_instance_key", server.port), None)
+    server.running = False
+
+
 def start_temporary_server() -> None:
     """Prefect's temporary server for this process's flows, started now (by the main thread:
-    Prefect would start it on first use, from whichever thread) in a session of its own."""
+    Prefect would start it on first use, from whichever thread) in a session of its own,
+    serving `temporary_app`, stopped at exit by `_stop_server`."""
     from prefect.server.api import server
 
     server.subprocess = _OwnSession()
-    server.SubprocessASGIServer().start()
+    temporary = server.SubprocessASGIServer()
+    temporary.stop = functools.partial(_stop_server, temporary)  # before start registers it
+    temporary.start()

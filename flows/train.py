@@ -33,6 +33,7 @@ from tasks.artifacts import Progress, flush_logs, publish_markdown, publish_tabl
 from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
+from tasks.estimate import estimate_line
 from tasks.evaluate import compare_start_final, evaluate, evaluation_records, learning_curve
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.rollout import STOP_PLAY, generate_rollouts
@@ -74,6 +75,9 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
         if resumed:
             check_finished_stages(Path(run_dir))
         share_config(run_dir, cfg)  # for shard workers in other processes, while it runs
+        estimate = estimate_line(cfg, Path(run_dir))  # after the precision calibration
+        if estimate:
+            print(estimate)
         run_id = ensure_run(Path(run_dir))
         try:
             result = _iterations(run_dir, cfg)

@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.training import lora, deepspeed_backend as ds
 from mars_core.run.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_STATE, drop_heavy,
-                                      link_or_copy, link_tree, load_trainer_state, prune_plan,
+                                      is_heavy, link_or_copy, link_tree, load_trainer_state, prune_plan,
                                       save_estimator_state, save_model, save_trainer_state,
-                                      write_checkpoint_manifest)
+                                      share_identical, write_checkpoint_manifest)
 from mars_core.models.manifest import MANIFEST, verify_folder
 from mars_core.run.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
                                   MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
@@ -182,6 +182,14 @@ def _train_deepspeed(cfg, run_dir: str, k: int, out: Path) -> dict:
     return metrics
 
 
+def _share_small_files(run_dir: str, reference: str, out: Path) -> None:
+    """The files of `out` other than weights and optimizer state (the tokenizer's) that are the
+    same as `reference`'s become links to them, when `reference` is a folder of this run."""
+    ref = Path(reference)
+    if ref.is_dir() and ref.resolve().is_relative_to(Path(run_dir).resolve()):
+        share_identical(out, ref, skip=is_heavy)
+
+
 def _log_optimizer_steps(ctx: StageContext) -> None:
     """Each optimizer step's metrics as MLflow metrics `opt/<name>` at the run's global
     optimizer step (iteration k's first is k x steps per iteration), each step once."""
@@ -199,6 +207,7 @@ def train_step(ctx: StageContext, out: Path) -> dict:
     cfg = ctx.cfg
     train = _train_deepspeed if cfg.trainer.backend == "deepspeed" else _train_torch
     metrics = train(cfg, ctx.run_dir, ctx.k, out) | {"bf16": float(use_bf16(cfg, "update"))}
+    _share_small_files(ctx.run_dir, policy_at(ctx.run_dir, ctx.k, reader=TRAIN_STEP), out)
     save_estimator_state(out, read_json(ctx.inputs[COMPUTE_ADVANTAGES] / ESTIMATOR_STATE))
     return {f"train/{key}": v for key, v in metrics.items()}
 
@@ -241,6 +250,7 @@ def register_final(run_dir: str) -> int:
         _link_files(final, out, skip=(TRAINER_STATE, ESTIMATOR_STATE, DEEPSPEED_STATE,
                                       lora.ADAPTER, CHECKPOINT_FILE))
         save_mlflow_model(out, out / MLFLOW_DIR, model_card(Path(run_dir), str(final), base))
+        _share_small_files(run_dir, str(out), out / MLFLOW_DIR / "components" / "tokenizer")
         write_checkpoint_manifest(out)
         return {}
 

@@ -27,6 +27,7 @@ from mars_core.run.commit import MARKER, PUBLISHED
 TRAINER_STATE = "trainer_state.pt"
 DEEPSPEED_STATE = "deepspeed"  # folder: DeepSpeed's checkpoint (heavy, like TRAINER_STATE)
 DEEPSPEED_TAG = "state"  # the one tag saved and loaded
+ADAPTER_DIR = "adapter"  # folder: a LoRA checkpoint's adapter (mars_core.training.lora.ADAPTER)
 
 
 def link_or_copy(src: Path, dst: Path) -> bool:
@@ -60,6 +61,23 @@ def link_tree(src: Path, dst: Path) -> int:
             if not link_or_copy(f, target):
                 copied += f.stat().st_size
     return copied
+
+
+def share_identical(folder: Path, reference: Path, skip=lambda name: False) -> int:
+    """Each file directly in `folder` that is byte for byte the same-named file of `reference`
+    becomes a hard link to it (`link_or_copy`): a checkpoint's tokenizer files are its
+    predecessor's, written again by every save. `skip(name)`: files not compared (weights).
+    Returns the bytes no longer stored twice."""
+    import filecmp
+
+    folder, reference, saved = Path(folder), Path(reference), 0
+    for f in sorted(folder.iterdir()) if folder.is_dir() else ():
+        ref = reference / f.name
+        if (not skip(f.name) and f.is_file() and not f.is_symlink() and ref.is_file()
+                and not os.path.samefile(f, ref) and f.stat().st_size == ref.stat().st_size
+                and filecmp.cmp(f, ref, shallow=False) and link_or_copy(ref, f)):
+            saved += ref.stat().st_size
+    return saved
 
 
 def save_model(folder: Path, model, tokenizer) -> None:
@@ -133,10 +151,13 @@ def load_estimator_state(folder: Path) -> dict:
 
 
 def is_heavy(name: str) -> bool:
-    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder included): what pruning
-    removes from old checkpoints. `name`: a file name or a path relative to the checkpoint."""
+    """Weights and optimizer state (DeepSpeed's `deepspeed/` folder and a LoRA adapter
+    included: only the newest checkpoints' are read, by the next update or a redo of it): what
+    pruning removes from old checkpoints. `name`: a file name or a path relative to the
+    checkpoint."""
     first = Path(name).parts[0]
-    return first.endswith(".safetensors") or first in (TRAINER_STATE, DEEPSPEED_STATE)
+    return first.endswith(".safetensors") or first in (TRAINER_STATE, DEEPSPEED_STATE,
+                                                       ADAPTER_DIR)
 
 
 def prune_plan(k: int, keep_last: int, keep_every: int | None) -> list[int]:

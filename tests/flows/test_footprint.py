@@ -40,16 +40,21 @@ def _links_work(folder: Path) -> bool:
             f.unlink(missing_ok=True)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, prefect_api, tiny_model_dir) -> Path:
-    """A tiny two-iteration run (the smoke preset, a format warm-up step, no evaluation) that
-    registers its final model."""
-    runs = tmp_path_factory.mktemp("runs")
-    sets = [f"model.path={tiny_model_dir}", "model.max_context_tokens=1024",
+def train_args(runs: Path, model: Path) -> list[str]:
+    """`mars train` of a tiny two-iteration run (the smoke preset, a format warm-up step, no
+    evaluation) that registers its final model."""
+    sets = [f"model.path={model}", "model.max_context_tokens=1024",
             "rollout.max_new_tokens=8", "warmup.steps=1", "warmup.probe_games=1",
             "evaluation.every=0", "tracking.registered_model=tiny-footprint"]
-    assert main(["train", "--config", SMOKE, "--runs-dir", str(runs), "--run-name", "fp",
-                 *[a for s in sets for a in ("--set", s)]]) == 0
+    return ["train", "--config", SMOKE, "--runs-dir", str(runs), "--run-name", "fp",
+            *[a for s in sets for a in ("--set", s)]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, prefect_api, tiny_model_dir) -> Path:
+    """The tiny run of `train_args`, finished."""
+    runs = tmp_path_factory.mktemp("runs")
+    assert main(train_args(runs, tiny_model_dir)) == 0
     return runs / "fp"
 
 
@@ -98,6 +103,9 @@ def test_weights_are_on_disk_once_per_distinct_model(run):
                 for d in (start_model_dir(run), checkpoint_dir(run, 0), checkpoint_dir(run, 1))}
     assert inodes == expected and len(expected) == 3, sorted(map(str, weights))
     assert len(weights) > len(inodes)  # the final model and the registry are the same bytes
+    # the tokenizer, saved again with every checkpoint and by MLflow, is one file
+    tokenizers = list(run.parent.rglob("tokenizer.json"))
+    assert len(tokenizers) > 3 and len({f.stat().st_ino for f in tokenizers}) == 1, tokenizers
 
 
 def test_where_links_fail_the_registry_gets_a_copy(tmp_path, tiny_model_dir, monkeypatch):
@@ -125,3 +133,23 @@ def test_where_links_fail_the_registry_gets_a_copy(tmp_path, tiny_model_dir, mon
     assert sha256(weights) == sha256(model / "model.safetensors")
     parts = mlflow.transformers.load_model(str(stored.parent), return_type="components")
     assert parts["model"].num_parameters() > 0
+
+
+def test_a_rerun_of_the_finished_run_prints_its_summary_and_nothing_else(run, tiny_model_dir):
+    """The same command again, as a user runs it (`mars`, Prefect's temporary server): every
+    step skipped, exit 0, its last line the summary, no ERROR or traceback from the server's
+    shutdown (tests/flows/test_quiet_rerun.py), and not one more weight file on disk."""
+    import subprocess
+    import sys
+
+    from tests.flows.test_quiet_rerun import fresh_prefect_env, noise
+
+    before = sorted(str(p) for p in run.parent.rglob("*.safetensors"))
+    done = subprocess.run([sys.executable, "-m", "cli.main", *train_args(run.parent, tiny_model_dir)],
+                          env=fresh_prefect_env(run.parent / "prefect-home"), cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert not noise(done.stdout), done.stdout[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1].startswith(f"mars: done: {run}"), done.stdout
+    assert sorted(str(p) for p in run.parent.rglob("*.safetensors")) == before

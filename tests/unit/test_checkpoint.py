@@ -46,4 +46,34 @@ def test_drop_heavy_removes_weights_and_optimizer_state_only(tmp_path):
 def test_is_heavy():
     assert is_heavy("model.safetensors") and is_heavy(TRAINER_STATE)
     assert is_heavy(f"{DEEPSPEED_STATE}/state/mp_rank_00_model_states.pt")
+    assert is_heavy("adapter/adapter_model.safetensors") and is_heavy("adapter")
     assert not is_heavy("config.json") and not is_heavy(ESTIMATOR_STATE)
+
+
+def test_the_pruned_adapter_folder_is_loras():
+    from mars_core.run.checkpoint import ADAPTER_DIR
+    from mars_core.training import lora
+
+    assert ADAPTER_DIR == lora.ADAPTER
+
+
+def test_share_identical_links_equal_files_only(tmp_path):
+    from mars_core.run.checkpoint import share_identical
+
+    ref, new = tmp_path / "ref", tmp_path / "new"
+    ref.mkdir()
+    new.mkdir()
+    for folder, text in ((ref, "same"), (new, "same")):
+        (folder / "tokenizer.json").write_text(text)
+        (folder / "model.safetensors").write_text(text)
+    (ref / "config.json").write_text("a")
+    (new / "config.json").write_text("b")  # same size, other bytes
+    (new / "only_here.json").write_text("x")
+    saved = share_identical(new, ref, skip=is_heavy)
+    assert saved == 4
+    ino = lambda p: p.stat().st_ino  # noqa: E731
+    assert ino(new / "tokenizer.json") == ino(ref / "tokenizer.json")
+    assert ino(new / "model.safetensors") != ino(ref / "model.safetensors")  # skipped
+    assert ino(new / "config.json") != ino(ref / "config.json")
+    assert (new / "config.json").read_text() == "b" and (new / "only_here.json").is_file()
+    assert share_identical(new, ref) == 4  # the weights now; the tokenizer is already one file

@@ -7,9 +7,10 @@ games and the evaluations' games (play), each iteration's games (play) and its u
 seconds a unit took were measured once, on the reference machine of `REFERENCE`, together with
 that machine's block times; here each kind of work is scaled by this machine's block time
 for the precision the run uses over the reference's. So a CPU whose calibration is 5x slower
-gets an estimate 5x longer, and a run half done gets half. It is rough: it knows the demo
-preset's shape (the embedded model, LoRA, Tic-Tac-Toe); other presets scale by their number
-of games and examples only, and other load on the machine is not foreseen.
+gets an estimate 5x longer, and a run half done gets half. It is rough, and it knows only the
+demo preset's shape (the embedded model, Tic-Tac-Toe alone): a run of another shape gets no
+line (a Kuhn Poker recipe of 256 games an update was told 9 h for a run of about 1 h: games of
+other lengths and replies cost other time), and other load on the machine is not foreseen.
 """
 from __future__ import annotations
 
@@ -81,13 +82,19 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
+def measured_shape(cfg) -> bool:
+    """Whether the run has the shape the reference measured: the embedded model on
+    Tic-Tac-Toe alone."""
+    return cfg.model.path == "embedded" and tuple(cfg.rollout.games) == ("tic_tac_toe",)
+
+
 def estimate_line(cfg, run_dir: Path) -> str | None:
     """One line: the time the run has left on this CPU and the calibration it comes from; None
     where there is nothing to estimate (a CUDA device, the test suite's MARS_BF16_AUTO, a
-    finished run)."""
+    finished run, a run of another shape than the demo's)."""
     import torch
 
-    if torch.cuda.is_available() or os.environ.get("MARS_BF16_AUTO"):
+    if torch.cuda.is_available() or os.environ.get("MARS_BF16_AUTO") or not measured_shape(cfg):
         return None
     work = remaining_work(cfg, run_dir)
     if not any(work.values()):

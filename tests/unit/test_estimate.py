@@ -65,6 +65,8 @@ def test_the_line_comes_from_the_calibration(tmp_path, monkeypatch):
                                                  {k: 4 * v for k, v in ref.items()}))
     assert line.startswith(f"estimate: about {want} to go") and "\n" not in line
     assert "update fp32 0.25x" in line and "play fp32 0.25x" in line
+    kuhn = load_config(REPO / "configs/learning/kuhn_compact.yaml", [])
+    assert estimate.estimate_line(kuhn, tmp_path / "kuhn") is None  # not the measured shape
     monkeypatch.setenv("MARS_BF16_AUTO", "off")  # the test suite's setting: nothing measured
     assert estimate.estimate_line(cfg, tmp_path / "demo") is None
 

@@ -145,6 +145,42 @@ def best_response(theirs: Policy = UNIFORM) -> Policy:
     return mine
 
 
+def reach(mine: Policy, theirs: Policy) -> dict[str, float]:
+    """How often a hand played in the information state's seat passes through it (cards dealt
+    uniformly, both seats playing their policies)."""
+    out = {}
+    for info in info_states():
+        opp, total = 1 - info.player, 0.0
+        for oc in (c for c in range(3) if c != info.card):
+            prob = 1 / 6
+            for k, c in enumerate(info.history):
+                who, card = (theirs, oc) if k % 2 == opp else (mine, info.card)
+                bet = who[RANKS[card] + info.history[:k]]
+                prob *= bet if c == "b" else 1 - bet
+            total += prob
+        out[info.key] = total
+    return out
+
+
+def update_signal(mine: Policy, theirs: Policy = UNIFORM) -> dict[str, dict[str, float]]:
+    """What an update is told in each information state, in expectation: the policy-gradient
+    push on the state's <BET> logit z per visit, p (1 - p) (Q(bet) - Q(pass)) with exact
+    advantages (a baseline per state); the same with the state's advantages divided by their
+    std (`normalize_std`), sign(Q(bet) - Q(pass)) sqrt(p (1 - p)); the supervised push toward
+    the best response, target - p (the capacity probe's); and how often a hand visits the
+    state. For the learning lab's signal table (docs/lab.md)."""
+    q, br, visits = action_values(mine, theirs), best_response(theirs), reach(mine, theirs)
+    out = {}
+    for key, (q0, q1) in q.items():
+        p, gap = mine[key], q1 - q0
+        spread, sign = p * (1 - p), (gap > 0) - (gap < 0)
+        out[key] = {"q_pass": q0, "q_bet": q1, "p_bet": p, "reach": visits[key],
+                    "pg": spread * gap,
+                    "pg_normalized": sign * spread ** 0.5,
+                    "supervised": br[key] - p}
+    return out
+
+
 _CARD = re.compile(r"^Your (?:private )?card: ([JQK])$", re.M)
 _BETS = re.compile(r"^(?:Betting|Bets): (.*)$", re.M)
 _LEGAL = re.compile(r"^Legal(?: actions)?: (.*)$", re.M)

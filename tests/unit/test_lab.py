@@ -63,6 +63,23 @@ def test_a_per_state_baseline_matches_the_exact_advantages():
     assert max(abs(per_seat[k] - exact[k]) for k in exact) > 1.0  # K's bet is not J's
 
 
+def test_the_signal_table_shrinks_with_p_one_minus_p_and_normalizing_equalizes_it():
+    """At the uniform policy K facing a bet is pushed three times as hard as J (its gap in
+    value is larger); divided by the state's std every state is pushed alike; at a policy that
+    bets 96% of the time facing a bet, J's push is 25x weaker than supervision's."""
+    start = kuhn.update_signal(kuhn.UNIFORM)
+    assert start["Jb"]["pg"] == pytest.approx(-0.25) and start["Kb"]["pg"] == pytest.approx(0.75)
+    assert {round(abs(v["pg_normalized"]), 6) for v in start.values()} == {0.5}
+    assert sum(start[k]["reach"] for k in ("J", "Q", "K")) == pytest.approx(1.0)
+    assert sum(start[k]["reach"] for k in ("Jp", "Qp", "Kp", "Jb", "Qb", "Kb")) == pytest.approx(1.0)
+    leaning = kuhn.update_signal({k: 0.96 for k in kuhn.UNIFORM})
+    jb = leaning["Jb"]
+    assert jb["pg"] == pytest.approx(0.96 * 0.04 * -1.0) and jb["supervised"] == pytest.approx(-0.96)
+    assert jb["pg_normalized"] == pytest.approx(-(0.96 * 0.04) ** 0.5)
+    certain = kuhn.update_signal({k: 1.0 for k in kuhn.UNIFORM})
+    assert all(v["pg"] == 0 and v["pg_normalized"] == 0 for v in certain.values())
+
+
 def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_dir, tmp_path):
     from mars_core.lab.probe import Arm, fit, items
 

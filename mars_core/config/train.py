@@ -140,7 +140,7 @@ class OptimConfig(_Section):
     # gradient accumulation: distinct sequences per forward pass (samples with the same
     # prompt, completion and temperature share one row)
     micro_batch_size: int = Field(8, ge=1)
-    # and at most this many token positions per forward pass (rows x the longest; None: no
+    # at most this many token positions per forward pass (rows x the longest; None: no
     # bound): the update's memory bound, whatever the batch size
     micro_batch_tokens: int | None = Field(None, ge=1)
     minibatches: int = Field(1, ge=1)  # optimizer steps per epoch over the batch

@@ -21,7 +21,8 @@ def _kuhn_like(n=24, seed=0):
     apart (the same tokens at another temperature are another row)."""
     g = torch.Generator().manual_seed(seed)
     head = tuple(torch.randint(5, 200, (40,), generator=g).tolist())
-    prompts = [head + tuple(torch.randint(5, 200, (k,), generator=g).tolist()) for k in (3, 5, 4, 6)]
+    prompts = [head + tuple(torch.randint(5, 200, (k,), generator=g).tolist())
+               for k in (3, 5, 4, 6)]
     replies = [(7, 8, 9), (10, 11)]
     out = []
     for i in range(n):
@@ -97,7 +98,8 @@ def test_shared_rows_give_the_loss_and_gradients_of_a_row_per_sample(model, ref,
                            is_cap=2.0)
     optim = OptimConfig(micro_batch_size=4)
     with torch.no_grad():
-        ref_logps = {i: sequence_logprobs(ref, [s], Forward(0))[0][0] for i, s in enumerate(samples)}
+        ref_logps = {i: sequence_logprobs(ref, [s], Forward(0))[0][0]
+                     for i, s in enumerate(samples)}
         old = {i: v - 0.05 * (i % 3) for i, v in ref_logps.items()}  # a ratio away from 1
     out = {}
     for distinct in (False, True):

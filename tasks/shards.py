@@ -19,7 +19,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from mars_core.run import offline
+from mars_core.run import offline, threads
 from mars_core.config import dump_private_config
 from mars_core.run.layout import PRIVATE_CONFIG_FILE, shard_folder, shards_dir
 from mars_core.config.cluster import ClusterConfig
@@ -28,9 +28,10 @@ from mars_core.privacy.redact import install_log_redaction, redact_env
 
 REPO = Path(__file__).resolve().parents[1]
 # what a shard worker needs from this process's environment (offline model hub, quiet
-# telemetry, the Prefect and MLflow servers, `--verbose`)
+# telemetry, the Prefect and MLflow servers, `--verbose`, OpenMP's wait policy: a Ray worker
+# starts torch in a process of Ray's, which inherits nothing from ours)
 PASSED_ENV = (*offline.ENV, "MLFLOW_TRACKING_URI", "MARS_CACHE_DIR", "MARS_BF16_AUTO",
-              offline.VERBOSE)
+              offline.VERBOSE, *threads.THREADS)
 
 
 class ClusterError(Exception):

@@ -137,7 +137,12 @@ class OptimConfig(_Section):
     weight_decay: float = 0.05
     warmup_steps: int = Field(10, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(8, ge=1)  # gradient accumulation: samples per forward pass
+    # gradient accumulation: distinct sequences per forward pass (samples with the same
+    # prompt, completion and temperature share one row)
+    micro_batch_size: int = Field(8, ge=1)
+    # at most this many token positions per forward pass (rows x the longest; None: no
+    # bound): the update's memory bound, whatever the batch size
+    micro_batch_tokens: int | None = Field(None, ge=1)
     minibatches: int = Field(1, ge=1)  # optimizer steps per epoch over the batch
 
 

@@ -160,6 +160,20 @@ def test_the_ray_runtime_env_holds_no_secret(monkeypatch):
     assert os.environ["SOME_VAR"] == S and os.environ["MLFLOW_TRACKING_URI"].endswith("@mlflow:5000")
 
 
+def test_the_shard_workers_get_the_openmp_wait_policy_before_torch_starts(monkeypatch):
+    """A Ray worker is a process of Ray's: it gets OpenMP's wait policy (the one this process
+    runs with, `mars_core.run.threads`; a value the user set wins) in Ray's `env_vars`, which
+    are set before the worker starts, not by the setup hook (torch may load before it runs)."""
+    from mars_core.config.cluster import ClusterConfig
+    from tasks.shards import runtime_env
+
+    cluster = ClusterConfig.model_validate({"ray": {"address": "auto"}})
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert runtime_env(cluster)["env_vars"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert runtime_env(cluster)["env_vars"]["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 def test_artifact_links_and_keys_hold_no_credentials():
     from tasks.artifacts import _without_credentials, artifact_key
 

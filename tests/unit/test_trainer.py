@@ -10,8 +10,9 @@ from mars_core.run.checkpoint import load_trainer_state, save_trainer_state
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.training.losses import AGGREGATIONS, aggregate
 from mars_core.models.weights import load_model
+from mars_core.training.chunks import rank_chunks as _rank_chunks
 from mars_core.training.trainer import (METRIC_MAXES, METRIC_SUMS, Forward, Sample, TorchUpdater,
-                                        _chunks, _plan, _rank_chunks, _step,
+                                        _chunks, _plan, _step,
                                         enable_gradient_checkpointing, lr_lambda, make_optimizer,
                                         ppo_update, sequence_logprobs)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mars_core import games  # the family modules, as attributes imported on first use
-from mars_core.vocab import SELF
+from mars_core.vocab import BOT_PREFIX, SELF
 
 if TYPE_CHECKING:
     from mars_core.games.base import GameAdapter
@@ -29,9 +29,10 @@ SUITES = ("mars-train", "mars-held-out", "mindgames", "")
 class Game:
     """One game. `adapter` returns its class (a lambda: the engine loads when it is called);
     `opponents`: its evaluation's opponents, the first the default; `pipeline`: the module of
-    `mars_core.postprocess` that grades its episodes ("mars": the MARS rewards). The traits
-    equal the adapter's (`cooperative`, `not perfect_information`, a stored Nash policy in
-    `nash.py`, a "compact" prompt layout)."""
+    `mars_core.postprocess` that grades its episodes ("mars": the MARS rewards); `bots`: the
+    bots that play only this game, (spec, a lambda returning the class, built with a seed).
+    The traits equal the adapter's (`cooperative`, `not perfect_information`, a stored Nash
+    policy in `nash.py`, a "compact" prompt layout)."""
 
     name: str
     family: str
@@ -39,6 +40,7 @@ class Game:
     opponents: tuple[str, ...]
     pipeline: str = "mars"
     suite: str = ""
+    bots: tuple[tuple[str, Callable[[], type]], ...] = ()
     cooperative: bool = False  # every seat shares one score
     hidden_information: bool = False  # seats hold what others do not see
     nash: bool = False
@@ -62,9 +64,11 @@ CATALOG: tuple[Game, ...] = (
     # the MindGames games' opponents are ours: the arena's reference agents are not public
     Game("colonel_blotto", "textarena", lambda: games.blotto.ColonelBlotto,
          ("bot:random", "bot:blotto-focus"), pipeline="blotto", suite="mindgames",
-         hidden_information=True),
+         bots=(("bot:blotto-focus", lambda: games.blotto.FocusBot),), hidden_information=True),
     Game("three_player_ipd", "textarena", lambda: games.ipd.ThreePlayerIPD,
          ("bot:tit-for-tat", "bot:always-defect"), pipeline="ipd", suite="mindgames",
+         bots=(("bot:tit-for-tat", lambda: games.ipd.TitForTatBot),
+               ("bot:always-defect", lambda: games.ipd.AlwaysDefectBot)),
          hidden_information=True),
     Game("codenames", "textarena", lambda: games.codenames.Codenames, ("bot:random",),
          pipeline="codenames", suite="mindgames", hidden_information=True),
@@ -76,6 +80,7 @@ CATALOG: tuple[Game, ...] = (
 def _check_catalog(records: tuple[Game, ...]) -> None:
     """Raise ValueError, in one line, for a record the tables below cannot be read from."""
     seen: set[str] = set()
+    bots: set[str] = set()
     for g in records:
         if g.name in seen:
             raise ValueError(f"games catalog: {g.name!r} is recorded twice")
@@ -88,6 +93,11 @@ def _check_catalog(records: tuple[Game, ...]) -> None:
                              f"choose one of: {', '.join(map(repr, SUITES))}")
         if not g.opponents:
             raise ValueError(f"games catalog: {g.name} has no opponents")
+        for spec, _ in g.bots:
+            if not spec.startswith(BOT_PREFIX) or spec in bots:
+                raise ValueError(f"games catalog: {g.name}'s bot {spec!r} must start with "
+                                 f"{BOT_PREFIX!r} and play one game only")
+            bots.add(spec)
 
 
 _check_catalog(CATALOG)

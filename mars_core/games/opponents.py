@@ -17,12 +17,8 @@ from mars_core.games.catalog import (CATALOG, COOPERATIVE_GAMES, HIDDEN_INFORMAT
 from mars_core.vocab import BOT_PREFIX, FROZEN, SELF  # noqa: F401 (FROZEN: asked for here)
 
 MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
-# spec -> the one game it plays (its class, built with a seed: `bots.GAME_BOT_CLASSES`)
-GAME_BOTS: dict[str, str] = {
-    "bot:blotto-focus": "colonel_blotto",
-    "bot:tit-for-tat": "three_player_ipd",
-    "bot:always-defect": "three_player_ipd",
-}
+# spec -> the one game it plays, from the records' `bots` (their classes: `bots.GAME_BOT_CLASSES`)
+GAME_BOTS: dict[str, str] = {spec: g.name for g in CATALOG for spec, _ in g.bots}
 BOT_SPECS = ("bot:random", "bot:mcts-N", "bot:nash", *GAME_BOTS)
 OPPONENT_SPECS = (*BOT_SPECS, SELF)
 

@@ -73,11 +73,14 @@ def test_a_game_record_that_cannot_be_read_is_refused_in_one_line():
     from mars_core import postprocess
     from mars_core.games import catalog
 
-    kuhn = catalog.CATALOG[1]
+    kuhn, blotto = catalog.CATALOG[1], catalog.CATALOG[6]
     for bad, match in [((dataclasses.replace(kuhn, family="chess"),), "has family 'chess'"),
                        ((dataclasses.replace(kuhn, suite="mars"),), "has suite 'mars'"),
                        ((dataclasses.replace(kuhn, opponents=()),), "has no opponents"),
-                       ((kuhn, kuhn), "'kuhn_poker' is recorded twice")]:
+                       ((kuhn, kuhn), "'kuhn_poker' is recorded twice"),
+                       ((dataclasses.replace(kuhn, bots=(("focus", None),)),), "bot 'focus' must"),
+                       ((blotto, dataclasses.replace(blotto, name="blotto_2")),
+                        "blotto_2's bot 'bot:blotto-focus' must start with 'bot:' and play one")]:
         with pytest.raises(ValueError, match=match):
             catalog._check_catalog(bad)
     with pytest.raises(ValueError, match="game nim: no post-episode pipeline 'nim'"):

@@ -10,8 +10,8 @@
 - `self` (an opponent only): the evaluated policy itself takes every other seat: Hanabi's
   partner, and plain self-play in any game.
 
-The specs and which game each fits live in `opponents.py` (a leaf, for config validation);
-this module builds the bots.
+The specs and which game each fits live in `opponents.py` (a leaf, for config validation), a
+game's own bots in its record (`catalog.py`); this module builds the bots.
 """
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ import random
 import numpy as np
 
 from mars_core.games.base import GameAdapter
-from mars_core.games.blotto import FocusBot
-from mars_core.games.ipd import AlwaysDefectBot, TitForTatBot
+from mars_core.games.catalog import CATALOG
 from mars_core.games.opponents import GAME_BOTS, MCTS, check_bot_spec
 
-# the game-specific bots by spec (which game each plays: `opponents.GAME_BOTS`)
-GAME_BOT_CLASSES = {"bot:blotto-focus": FocusBot, "bot:tit-for-tat": TitForTatBot,
-                    "bot:always-defect": AlwaysDefectBot}
+# the game-specific bots by spec, from the games' records (which game each plays:
+# `opponents.GAME_BOTS`); their modules, the games' own, are imported here
+GAME_BOT_CLASSES: dict[str, type] = {spec: cls() for g in CATALOG for spec, cls in g.bots}
 assert set(GAME_BOT_CLASSES) == set(GAME_BOTS), "every game bot has its class"
 
 

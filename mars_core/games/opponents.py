@@ -1,6 +1,7 @@
 """Who may sit across a policy: the opponent specs, which of them fit which game, and the
-opponents each game meets by default. A leaf (no game engines imported): config validation and
-the CLI's checks use it; `bots.py` builds the bots it names.
+opponents each game meets by default (from its record in `catalog.py`). A leaf (no game
+engines imported): config validation and the CLI's checks use it; `bots.py` builds the bots it
+names.
 
 - `bot:random` (every game), `bot:mcts-N` (perfect-information games only), `bot:nash` (the
   games with a stored Nash policy), the game-specific bots of `GAME_BOTS`;
@@ -11,37 +12,26 @@ from __future__ import annotations
 
 import re
 
-from mars_core.games.catalog import (COOPERATIVE_GAMES, HIDDEN_INFORMATION_GAMES, NASH_GAMES,
-                                     check_game)
+from mars_core.games.catalog import (CATALOG, COOPERATIVE_GAMES, HIDDEN_INFORMATION_GAMES,
+                                     NASH_GAMES, check_game)
 from mars_core.vocab import BOT_PREFIX, FROZEN, SELF  # noqa: F401 (FROZEN: asked for here)
 
 MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
-# spec -> the one game it plays (its class, built with a seed: `bots.GAME_BOT_CLASSES`)
-GAME_BOTS: dict[str, str] = {
-    "bot:blotto-focus": "colonel_blotto",
-    "bot:tit-for-tat": "three_player_ipd",
-    "bot:always-defect": "three_player_ipd",
-}
+# spec -> the one game it plays, from the records' `bots` (their classes: `bots.GAME_BOT_CLASSES`)
+GAME_BOTS: dict[str, str] = {spec: g.name for g in CATALOG for spec, _ in g.bots}
 BOT_SPECS = ("bot:random", "bot:mcts-N", "bot:nash", *GAME_BOTS)
 OPPONENT_SPECS = (*BOT_SPECS, SELF)
 
-# The MARS paper's suite (SPEC section 6): the opponents per game.
+# The opponents each game meets by default, from its record (`catalog.CATALOG`): the first is
+# the evaluation's default when a preset names none.
+DEFAULT_OPPONENTS: dict[str, tuple[str, ...]] = {g.name: g.opponents for g in CATALOG}
+# The published suites' opponents (SPEC section 6): the MARS paper's (what `mars eval games`
+# plays without a preset) and the MindGames games' (ours: the arena's reference agents are not
+# public).
 MARS_OPPONENTS: dict[str, tuple[str, ...]] = {
-    "tic_tac_toe": ("bot:mcts-100", "bot:mcts-1000"),
-    "kuhn_poker": ("bot:nash",),
-    "mini_hanabi": (SELF,),
-    "connect_four": ("bot:mcts-10", "bot:mcts-100"),
-    "leduc_poker": ("bot:nash",),
-    "simple_hanabi": (SELF,),
-}
-# The MindGames games' fixed opponents (ours: the arena's reference agents are not public).
+    g.name: g.opponents for g in CATALOG if g.suite in ("mars-train", "mars-held-out")}
 MINDGAMES_OPPONENTS: dict[str, tuple[str, ...]] = {
-    "colonel_blotto": ("bot:random", "bot:blotto-focus"),
-    "three_player_ipd": ("bot:tit-for-tat", "bot:always-defect"),
-    "codenames": ("bot:random",),
-    "secret_mafia": ("bot:random",),
-}
-DEFAULT_OPPONENTS = MARS_OPPONENTS | MINDGAMES_OPPONENTS
+    g.name: g.opponents for g in CATALOG if g.suite == "mindgames"}
 
 
 def is_bot(spec: str) -> bool:

@@ -2,9 +2,11 @@
 
     build_players(episode) -> filter_steps(episode, players) -> assign_rewards(episode, players)
 
-Each game has a module with these three functions (`PIPELINES`, by game name); the OpenSpiel
-games share `mars` (MARS rewards), the TextArena games follow the In2AI rules. Every stage
-returns new frozen records and never mutates its input. `rewards`: the MARS per-turn rewards.
+Each game has a module of this package with these three functions, named by its record in
+`mars_core/games/catalog.py` (`PIPELINES`, by game name); the OpenSpiel games share `mars`
+(MARS rewards), the TextArena games follow the In2AI rules (`blotto`, `codenames`, `ipd`,
+`mafia`). Every stage returns new frozen records and never mutates its input. `rewards`: the
+MARS per-turn rewards.
 
 May import: config, games, types, vocab.
 """
@@ -12,20 +14,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
+from importlib import import_module
 from types import ModuleType
 
 import polars as pl
 
 from mars_core.config import RewardsConfig
-from mars_core.games.catalog import MARS_GAMES
-from mars_core.postprocess import blotto, codenames, ipd, mafia, mars
+from mars_core.games.catalog import CATALOG
 from mars_core.postprocess.common import (DEPENDS_ON_INVALID_STEP, GATE_REASONS, NOT_TRAINABLE,
                                           OUTCOME_UNOBSERVED, UNFINISHED_UNIT, PlayerResult)
 from mars_core.types import Episode
 
-PIPELINES: dict[str, ModuleType] = dict.fromkeys(MARS_GAMES, mars) | {
-    "colonel_blotto": blotto, "three_player_ipd": ipd, "codenames": codenames,
-    "secret_mafia": mafia}
+STAGES = ("build_players", "filter_steps", "assign_rewards")
+
+
+def _pipeline_module(game: str, key: str) -> ModuleType:
+    """The module `key` of this package, which a game's record names; one line if it is none."""
+    try:
+        module = import_module(f"{__name__}.{key}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{key}":
+            raise
+        raise ValueError(f"game {game}: no post-episode pipeline {key!r} "
+                         f"(no module {__name__}.{key})") from None
+    missing = [f for f in STAGES if not callable(getattr(module, f, None))]
+    if missing:
+        raise ValueError(f"game {game}: pipeline {key!r} lacks {', '.join(missing)}")
+    return module
+
+
+# game name -> its post-episode module, from the catalog's records
+PIPELINES: dict[str, ModuleType] = {g.name: _pipeline_module(g.name, g.pipeline) for g in CATALOG}
 
 PLAYER_SCHEMA = {
     "episode_id": pl.Utf8, "game": pl.Utf8, "player": pl.Int64, "role": pl.Utf8,

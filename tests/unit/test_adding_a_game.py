@@ -1,10 +1,12 @@
 """docs/games/adding.md, followed step by step: OpenSpiel's Nim (not a game the project ships)
-gets an adapter, a name and traits, opponents and a post-episode pipeline, exactly as the page
-says, and then plays through the real loop against `bot:random`, is graded by the MARS
-post-episode stages, and passes the page's own `mars check` command. A step the page leaves
-out (or one the code no longer needs) fails here."""
+gets an adapter and the page's own record (name, family, traits, opponents, post-episode
+pipeline) in the catalog's source, and nothing else; then it plays through the real loop
+against `bot:random`, is graded by the MARS post-episode stages, and passes the page's own
+`mars check` command. A step the page leaves out (or one the code no longer needs) fails
+here."""
 from __future__ import annotations
 
+import ast
 import random
 import re
 import shlex
@@ -51,32 +53,58 @@ class Nim(OpenSpielGame):
         return -1.0
 
 
-def _append(monkeypatch, module, name: str, value) -> None:
-    """`NAME = (..., value)` in `module`'s source, as the page says to write it: every module
-    that imported the tuple by name (`from ... import GAMES`) sees the longer one."""
-    old = getattr(module, name)
+def _record(page: str) -> str:
+    """Step 2's record, as the page writes it."""
+    [block] = re.findall(r"```python\n(.*?)```", page, re.S)
+    return block.strip()
+
+
+def _add_to_catalog(monkeypatch, record: str) -> dict:
+    """Append `record` to `CATALOG` in catalog.py's source, as the page says to write it, and
+    run that source and every module that reads `CATALOG` again (the tables they derive from it
+    are rebuilt); a module that imported a derived name (`from ... import GAMES`) sees the new
+    one. Returns what `_restore` needs."""
+    from mars_core.games import catalog
+
+    source = (REPO / "mars_core" / "games" / "catalog.py").read_text()
+    [table] = [n for n in ast.parse(source).body
+               if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "CATALOG"]
+    lines = source.splitlines(keepends=True)
+    close = sum(map(len, lines[:table.end_lineno - 1])) + table.end_col_offset - 1
+    source = source[:close].rstrip() + "\n    " + record + "\n" + source[close:]
+    readers = [m for m in list(sys.modules.values())
+               if isinstance(m, types.ModuleType) and m is not catalog
+               and vars(m).get("CATALOG") is catalog.CATALOG]
+    saved = {m: dict(vars(m)) for m in (catalog, *readers)}
+    exec(compile(source, catalog.__file__, "exec"), vars(catalog))
+    for m in readers:  # catalog first, then what reads it
+        exec(compile(m.__loader__.get_source(m.__name__), m.__file__, "exec"), vars(m))
+    new = {id(old): vars(m)[k] for m, d in saved.items() for k, old in d.items()
+           if not k.startswith("__") and vars(m).get(k) is not old}
     for mod in list(sys.modules.values()):
-        if isinstance(mod, types.ModuleType) and mod.__dict__.get(name) is old:
-            monkeypatch.setattr(mod, name, (*old, value))
+        if isinstance(mod, types.ModuleType) and mod not in saved:
+            for k, v in list(vars(mod).items()):
+                if id(v) in new and not k.startswith("__"):
+                    monkeypatch.setattr(mod, k, new[id(v)])
+    return saved
 
 
 @pytest.fixture
 def nim(monkeypatch):
-    """Steps 2 to 5 of the page, undone after the test."""
-    from mars_core import postprocess
-    from mars_core.games import catalog, opponents, registry
+    """Steps 1 and 2 of the page, undone after the test."""
+    from mars_core import postprocess  # noqa: F401 (reads the catalog: rebuilt with it)
+    from mars_core.games import opponents, registry  # noqa: F401 (idem)
 
-    registry.make_game.cache_clear()
-    # 2. its name; Nim is a perfect-information, competitive game: no trait tuple to join
-    _append(monkeypatch, catalog, "GAMES", "nim")
-    # 3. its adapter class
-    monkeypatch.setitem(registry.ADAPTERS, "nim", lambda: Nim)
-    # 4. its opponents (the first: the evaluation's default)
-    monkeypatch.setitem(opponents.DEFAULT_OPPONENTS, "nim", ("bot:random", "bot:mcts-10"))
-    # 5. its post-episode stages: the MARS rewards
-    monkeypatch.setitem(postprocess.PIPELINES, "nim", postprocess.mars)
+    # 1. the adapter, in its module mars_core/games/nim.py
+    module = types.ModuleType("mars_core.games.nim")
+    module.Nim = Nim
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    # 2. its record, as the page writes it
+    saved = _add_to_catalog(monkeypatch, _record(PAGE.read_text()))
     yield "nim"
-    registry.make_game.cache_clear()
+    for m, d in saved.items():
+        vars(m).clear()
+        vars(m).update(d)
 
 
 def _reply(seed: int):

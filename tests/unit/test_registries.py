@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from mars_core.advantages import vectorised
 from mars_core.advantages.estimators import ESTIMATORS
 from mars_core.games.base import GameAdapter
@@ -49,3 +51,46 @@ def test_no_registry_resolves_a_name_at_run_time():
         assert "import_module" not in text, path
         assert not re.search(r"getattr\((importlib|advantages|vectorised|module)\b", text), path
         assert not dotted.search(text), f"{path}: {dotted.search(text).group()}"
+
+
+def test_every_game_table_is_read_from_the_game_records():
+    from mars_core import postprocess
+    from mars_core.games.catalog import CATALOG, MARS_GAMES, MINDGAMES
+    from mars_core.games.opponents import DEFAULT_OPPONENTS, MARS_OPPONENTS, MINDGAMES_OPPONENTS
+
+    assert tuple(g.name for g in CATALOG) == GAMES == tuple(postprocess.PIPELINES)
+    assert DEFAULT_OPPONENTS == {g.name: g.opponents for g in CATALOG}
+    assert DEFAULT_OPPONENTS == MARS_OPPONENTS | MINDGAMES_OPPONENTS
+    assert set(MARS_GAMES) == {g.name for g in CATALOG if g.family == "openspiel"}
+    assert set(MINDGAMES) == {g.name for g in CATALOG if g.family == "textarena"}
+    for g in CATALOG:
+        assert postprocess.PIPELINES[g.name].__name__ == f"mars_core.postprocess.{g.pipeline}"
+
+
+def test_a_game_record_that_cannot_be_read_is_refused_in_one_line():
+    import dataclasses
+
+    from mars_core import postprocess
+    from mars_core.games import catalog
+
+    kuhn, blotto = catalog.CATALOG[1], catalog.CATALOG[6]
+    for bad, match in [((dataclasses.replace(kuhn, family="chess"),), "has family 'chess'"),
+                       ((dataclasses.replace(kuhn, suite="mars"),), "has suite 'mars'"),
+                       ((dataclasses.replace(kuhn, opponents=()),), "has no opponents"),
+                       ((kuhn, kuhn), "'kuhn_poker' is recorded twice"),
+                       ((dataclasses.replace(kuhn, bots=(("focus", None),)),), "bot 'focus' must"),
+                       ((blotto, dataclasses.replace(blotto, name="blotto_2")),
+                        "blotto_2's bot 'bot:blotto-focus' must start with 'bot:' and play one")]:
+        with pytest.raises(ValueError, match=match):
+            catalog._check_catalog(bad)
+    with pytest.raises(ValueError, match="game nim: no post-episode pipeline 'nim'"):
+        postprocess._pipeline_module("nim", "nim")
+    with pytest.raises(ValueError, match="pipeline 'common' lacks build_players"):
+        postprocess._pipeline_module("nim", "common")
+
+
+def test_the_games_package_imports_a_module_when_first_asked_and_knows_no_other_name():
+    import mars_core.games as games
+
+    assert games.poker.KuhnPoker is game_class("kuhn_poker")
+    assert not hasattr(games, "chess")

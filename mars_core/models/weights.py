@@ -288,12 +288,31 @@ def load_model(path: Path | str, dtype=None):
     local = Path(path).is_dir()
     if local:  # a folder with a manifest (registry downloads, ...) loads only as written
         verify_folder(Path(path))
-    with LOADING:
+    with LOADING, hf_bars_off():
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=dtype or torch.float32, local_files_only=local)
     return model.eval()
+
+
+@contextlib.contextmanager
+def hf_bars_off():
+    """transformers' progress bars off meanwhile ("Loading weights" on every load, "Writing
+    model shards" on every save: a line each, in every stage, that tells the user nothing),
+    unless MARS_VERBOSE; its process-wide switch put back as it was."""
+    if quiet.verbose():
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(path: Path | str):

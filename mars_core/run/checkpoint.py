@@ -22,6 +22,7 @@ import torch
 
 from mars_core.run.layout import METRICS_FILE
 from mars_core.models.manifest import write_manifest
+from mars_core.models.weights import hf_bars_off
 from mars_core.run.commit import MARKER, PUBLISHED
 
 TRAINER_STATE = "trainer_state.pt"
@@ -83,7 +84,8 @@ def share_identical(folder: Path, reference: Path, skip=lambda name: False) -> i
 def save_model(folder: Path, model, tokenizer) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder, safe_serialization=True)
+    with hf_bars_off():
+        model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 
 

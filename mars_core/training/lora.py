@@ -57,7 +57,10 @@ def save(folder: Path, peft_model, tokenizer) -> None:
     """The adapter into `folder/adapter`, then the merged weights and the tokenizer into
     `folder` (the peft model is spent afterwards: merging writes into its base weights)."""
     folder = Path(folder)
+    from mars_core.models.weights import hf_bars_off
+
     peft_model.save_pretrained(folder / ADAPTER)
     merged = peft_model.merge_and_unload()
-    merged.save_pretrained(folder, safe_serialization=True)
+    with hf_bars_off():
+        merged.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)

@@ -115,3 +115,19 @@ def test_mars_train_verbose_sets_the_switch(monkeypatch):
                  ["arena", "--verbose"], ["compare", "--verbose"]):
         monkeypatch.delenv(offline.VERBOSE, raising=False)
         assert parser().parse_args(argv).verbose is True and offline.verbose(), argv
+
+
+def test_loads_and_saves_draw_no_bars_unless_verbose(quiet, monkeypatch, tiny_model_dir,
+                                                     tokenizer, tmp_path, capsys):
+    """transformers draws "Loading weights" on every load and "Writing model shards" on every
+    save (every stage of every iteration)."""
+    from mars_core.models.weights import load_model
+    from mars_core.run.checkpoint import save_model
+
+    capsys.readouterr()
+    save_model(tmp_path / "a", load_model(tiny_model_dir), tokenizer)
+    err = capsys.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err
+    monkeypatch.setenv(offline.VERBOSE, "1")
+    load_model(tiny_model_dir)
+    assert "Loading weights" in capsys.readouterr().err

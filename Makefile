@@ -81,13 +81,18 @@ eval-mas: setup
 	    --max-new-tokens $(or $(MAX_TOKENS),128) --out runs/mas_quick.json \
 	    --tracking-uri sqlite:///$(CURDIR)/runs/mlflow.db
 
+# Two pytest-xdist workers (TEST_WORKERS=1 for one process): the suite's processes wait on
+# servers, subprocesses and disk about half the time, and a file (or the faults and cluster
+# suites as wholes) stays on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 $(XDIST)
 
 # The edit loop: tests/unit alone (no flow runs, servers, clusters or browsers; the slow layers
 # are tests/flows, e2e, faults, cluster, browser), a few minutes on 2 cores.
 test-unit: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) tests/unit
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ with --strict (a
 # broken link or anchor, a page missing from the nav, fails; `make test` runs the same build in

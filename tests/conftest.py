@@ -70,13 +70,21 @@ def prefect_api():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
+    """Each test's xdist group (below). Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
     Tests marked `benchmarks(...)` read the benchmark files, which live outside the repository:
     without them they skip, the reason naming the files, the folder and where to get them
     (`tests/benchmark_files.py`)."""
     import torch
 
     from tests.benchmark_files import missing_benchmarks
+
+    # pytest-xdist (`make test` runs two workers, `--dist loadgroup`): a test file stays on one
+    # worker (its module fixtures are built once), and so do the fault-injection and cluster
+    # suites as wholes (their session fixtures: the reference runs, a two-node Ray cluster)
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        item.add_marker(pytest.mark.xdist_group(
+            parts[0] if parts[0] in ("faults", "cluster") else "/".join(parts)))
 
     reasons: dict[tuple[str, ...], str | None] = {}
     for item in items:

@@ -8,7 +8,7 @@ Each game has a module of this package with these three functions, named by its 
 `mafia`). Every stage returns new frozen records and never mutates its input. `rewards`: the
 MARS per-turn rewards.
 
-May import: config, games, types, vocab.
+May import: config, games, run, types, vocab.
 """
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ import polars as pl
 
 from mars_core.config import RewardsConfig
 from mars_core.games.catalog import CATALOG
+from mars_core.run.layout import ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS
 from mars_core.postprocess.common import (DEPENDS_ON_INVALID_STEP, GATE_REASONS, NOT_TRAINABLE,
                                           OUTCOME_UNOBSERVED, UNFINISHED_UNIT, PlayerResult)
 from mars_core.types import Episode
 
-STAGES = ("build_players", "filter_steps", "assign_rewards")
+# a pipeline module's three functions, named as the training flow's stages they run in
+STAGES = (BUILD_PLAYERS, FILTER_STEPS, ASSIGN_REWARDS)
 
 
 def _pipeline_module(game: str, key: str) -> ModuleType:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from mars_core.run import layout
-from mars_core.run.layout import REPLAYS
+from mars_core.run.layout import BUILD_PLAYERS, FILTER_STEPS, REPLAYS
 
 
 def _docstring_chain(doc: str) -> tuple[list[str], list[str]]:
@@ -40,7 +40,8 @@ def test_the_docstring_check_sees_a_stage_out_of_order_or_missing():
     import flows.train
 
     doc = flows.train.__doc__
-    swapped = doc.replace("build_players -> filter_steps", "filter_steps -> build_players")
+    swapped = doc.replace(f"{BUILD_PLAYERS} -> {FILTER_STEPS}",
+                          f"{FILTER_STEPS} -> {BUILD_PLAYERS}")
     assert swapped != doc and _docstring_chain(swapped)[1] != list(layout.ITERATION_STAGES)
     dropped = doc.replace("-> replays (HTML pages)", "")
     assert dropped != doc

@@ -10,6 +10,7 @@ import pytest
 from mars_core.advantages import vectorised
 from mars_core.advantages.estimators import ESTIMATORS
 from mars_core.games.base import GameAdapter
+from mars_core.run.layout import BUILD_PLAYERS
 from mars_core.games.bots import GAME_BOT_CLASSES, make_bot
 from mars_core.games.catalog import GAMES
 from mars_core.games.opponents import GAME_BOTS
@@ -85,7 +86,7 @@ def test_a_game_record_that_cannot_be_read_is_refused_in_one_line():
             catalog._check_catalog(bad)
     with pytest.raises(ValueError, match="game nim: no post-episode pipeline 'nim'"):
         postprocess._pipeline_module("nim", "nim")
-    with pytest.raises(ValueError, match="pipeline 'common' lacks build_players"):
+    with pytest.raises(ValueError, match=f"pipeline 'common' lacks {BUILD_PLAYERS}"):
         postprocess._pipeline_module("nim", "common")
 
 

@@ -1,6 +1,6 @@
 """The demo's iteration alone and beside a second CPU-bound torch job (issue 46's measure).
 
-`mars train` on `configs/demo.yaml` cut to one iteration (no evaluation, two warm-up steps), in a
+`mars train` on `configs/demo.yaml` cut to one iteration (no evaluations, two warm-up steps), in a
 fresh runs folder each time, under each thread setting asked for:
 
 - `PASSIVE`: what `mars` sets (mars_core/run/threads.py);
@@ -36,7 +36,7 @@ from contention_bench import HOG, OTHER, _env, _start  # bench/ is this script's
 from mars_core.run.layout import INIT, METRICS_FILE, iter_dir
 
 REPO = Path(__file__).resolve().parents[1]
-SETS = ("run.iterations=1", "evaluation.at_start=false", "warmup.steps=2")
+SETS = ("run.iterations=1", "evaluation.every=0", "evaluation.at_start=false", "warmup.steps=2")
 CASES = {"PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"}, "default": {"OMP_WAIT_POLICY": ""}}
 
 

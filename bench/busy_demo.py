@@ -54,8 +54,12 @@ def one_run(case: dict, timeout: float) -> dict:
                 str(REPO / "configs/demo.yaml"), "--runs-dir", str(Path(tmp) / "runs"),
                 "--run-name", "busy"] + [a for s in SETS for a in ("--set", s)]
         started = time.perf_counter()
-        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        try:
+            done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"  not finished in --timeout {timeout:.0f} s", flush=True)
+            return {"warm-up s": float("nan"), "iteration s": float("nan"), "wall s": timeout}
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"mars train failed ({done.returncode}): {done.stderr[-2000:]}")

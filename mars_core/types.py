@@ -115,6 +115,10 @@ class Episode:
         object.__setattr__(self, "error", as_member(ErrorType, self.error, "Episode.error"))
 
 
+# samples.parquet (compute_advantages): True on a row added for an action its turn did not take
+# (algorithm.all_actions, mars_core.advantages.all_actions); such rows are not the turn's own
+COUNTERFACTUAL = "counterfactual"
+
 TURN_SCHEMA = {
     "episode_id": pl.Utf8, "game": pl.Utf8, "turn": pl.Int64, "player": pl.Int64,
     "role": pl.Utf8, "agent": pl.Utf8, "observation": pl.Utf8,

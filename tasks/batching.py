@@ -21,6 +21,7 @@ from mars_core.batching.bank import bank_add, bank_read, trainable_turns
 from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composition_metrics,
                                        with_turn_ids)
 from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
+from mars_core.advantages.all_actions import COUNTERFACTUAL, with_all_actions
 from mars_core.advantages.estimators import estimator
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
@@ -84,12 +85,16 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
         state = {**state, est.name: new}
     metrics: dict[str, float] = est.state_metrics(new)
     write_json(out / ESTIMATOR_STATE, state)
+    if a.all_actions:
+        with_adv = with_all_actions(with_adv)
+        metrics["batch/counterfactual_rows"] = float(with_adv[COUNTERFACTUAL].sum())
     if a.drop_zero_advantage:
         metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
         with_adv = with_adv.filter(pl.col("advantage") != 0)
     samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
                               "reward", "advantage", "prompt_ids", "completion_ids",
-                              "logprobs", "temperature")
+                              "logprobs", "temperature",
+                              *([COUNTERFACTUAL] if a.all_actions else []))
     samples.write_parquet(out / SAMPLES_FILE)
     adv = samples["advantage"]
     return metrics | {"batch/samples": float(len(samples)),

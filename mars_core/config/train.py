@@ -45,6 +45,10 @@ class AlgorithmConfig(_Section):
     # normalize_std, rae_decay) is read into that field, so both forms give the same config
     options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
     drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
+    # every visit of a state also trains each other valid action seen in that state (same game,
+    # role and prompt) with that action's mean advantage there: the all-action update, whose
+    # push does not fade as the policy leans one way (mars_core.advantages.all_actions)
+    all_actions: bool = False
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
     # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is

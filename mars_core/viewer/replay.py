@@ -32,7 +32,7 @@ from mars_core.games.registry import GAMES, make_game
 from mars_core.run.layout import (ADVANTAGES_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
                                   EPISODES_SAMPLE_FILE, SAMPLES_FILE, TURN_STAGES, TURNS_FILE,
                                   iteration_of)
-from mars_core.types import EPISODE_SCHEMA, TURN_SCHEMA, Episode, Turn, episodes_from_frames
+from mars_core.types import COUNTERFACTUAL, EPISODE_SCHEMA, TURN_SCHEMA, Episode, Turn, episodes_from_frames
 from mars_core.viewer.page import PAGE
 from mars_core.vocab import Outcome
 
@@ -194,6 +194,8 @@ def _advantages(path: Path) -> dict[str, dict[int, float]]:
     frame = _read(path)
     if not {"episode_id", "turn", "advantage"} <= set(frame.columns):
         raise ValueError(f"{path} lacks the columns episode_id, turn, advantage")
+    if COUNTERFACTUAL in frame.columns:  # rows added for actions the turn did not take
+        frame = frame.filter(~pl.col(COUNTERFACTUAL))
     table: dict[str, dict[int, float]] = {}
     for e, t, a in frame.select("episode_id", "turn", "advantage").iter_rows():
         table.setdefault(e, {})[int(t)] = float(a)

@@ -1,0 +1,113 @@
+"""The all-action update (algorithm.all_actions): counterfactual rows for every other valid action
+seen in a turn's state, held to a plain-loop twin, and their push on Kuhn Poker against the
+exact action values."""
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from mars_core.advantages.all_actions import (COUNTERFACTUAL, with_all_actions,
+                                              with_all_actions_reference)
+from mars_core.advantages.estimators import compute_advantages
+from mars_core.lab import kuhn
+from mars_core.types import TURN_SCHEMA
+
+REPLY = {"<BET>": [7, 8], "<PASS>": [7, 9], "": [5]}
+
+
+def _turn(i, prompt, action, adv, *, valid=True, completion=None, role="player_0"):
+    comp = completion if completion is not None else REPLY[action]
+    return {"turn_id": f"t{i}", "episode_id": f"e{i}", "game": "kuhn_poker", "player": 0,
+            "role": role, "turn": 0, "reward": adv, "advantage": adv, "prompt_ids": prompt,
+            "completion_ids": comp, "logprobs": [-0.1 * (i + 1)] * len(comp),
+            "temperature": 1.0, "reply": f"r{i}", "action": action if valid else "",
+            "valid": valid}
+
+
+def _frame(rows):
+    schema = {k: TURN_SCHEMA[k] for k in rows[0] if k in TURN_SCHEMA}
+    return pl.DataFrame(rows, schema={**schema, "turn_id": pl.Utf8, "advantage": pl.Float64})
+
+
+def test_each_visit_trains_the_other_actions_seen_in_its_state():
+    rows = [_turn(0, [1, 2], "<BET>", 1.0), _turn(1, [1, 2], "<BET>", 0.5),
+            _turn(2, [1, 2], "<PASS>", -2.0),
+            _turn(3, [1, 2], "", -3.0, valid=False),  # an invalid reply: gets rows, adds none
+            _turn(4, [1, 3], "<BET>", 0.2)]  # another state, one action seen: adds nothing
+    out = with_all_actions(_frame(rows))
+    own, added = out.filter(~pl.col(COUNTERFACTUAL)), out.filter(pl.col(COUNTERFACTUAL))
+    assert own.drop(COUNTERFACTUAL).equals(_frame(rows))  # the batch's own rows unchanged
+    got = [(r["turn_id"], r["action"], r["advantage"], r["completion_ids"])
+           for r in added.iter_rows(named=True)]
+    assert got == [("t0", "<PASS>", -2.0, [7, 9]), ("t1", "<PASS>", -2.0, [7, 9]),
+                   ("t2", "<BET>", 0.75, [7, 8]),
+                   ("t3", "<BET>", 0.75, [7, 8]), ("t3", "<PASS>", -2.0, [7, 9])]
+    # an added row keeps its visit's prompt and the behaviour log-probs of the completion's turn
+    assert added["prompt_ids"].to_list() == [[1, 2]] * 5
+    assert added["logprobs"].to_list()[2] == [-0.1, -0.1]  # t0 sampled the <BET> reply first
+
+
+def test_the_most_sampled_completion_of_an_action_is_the_one_trained():
+    rows = [_turn(0, [1], "<BET>", 1.0, completion=[7, 8, 1]),
+            _turn(1, [1], "<BET>", 1.0, completion=[7, 8]),
+            _turn(2, [1], "<BET>", 1.0, completion=[7, 8]),
+            _turn(3, [1], "<PASS>", 0.0)]
+    added = with_all_actions(_frame(rows)).filter(pl.col(COUNTERFACTUAL))
+    assert added.filter(pl.col("turn_id") == "t3")["completion_ids"].to_list() == [[7, 8]]
+
+
+def test_states_are_split_by_role_as_well_as_prompt():
+    rows = [_turn(0, [1], "<BET>", 1.0), _turn(1, [1], "<PASS>", 0.0, role="player_1")]
+    assert with_all_actions(_frame(rows)).filter(pl.col(COUNTERFACTUAL)).is_empty()
+
+
+def test_a_missing_column_is_one_line():
+    with pytest.raises(ValueError, match="all_actions needs the column 'action'"):
+        with_all_actions(_frame([_turn(0, [1], "<BET>", 1.0)]).drop("action"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_vectorised_rows_equal_the_loop_twin(seed):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(rng.randint(0, 40)):
+        action = rng.choice(["<BET>", "<PASS>", "<FOLD>"])
+        valid = rng.random() > 0.15
+        comp = REPLY.get(action, [7, 10]) + ([] if rng.random() < 0.8 else [rng.randint(1, 3)])
+        rows.append(_turn(i, [rng.randint(1, 3)], action, round(rng.uniform(-2, 2), 3),
+                          valid=valid, completion=comp, role=rng.choice(["player_0", "player_1"])))
+    if not rows:
+        rows = [_turn(0, [1], "<BET>", 1.0)]
+    df = _frame(rows)
+    got, want = with_all_actions(df), with_all_actions_reference(df)
+    assert got.columns == want.columns
+    assert got.drop("advantage").equals(want.drop("advantage"))
+    assert got["advantage"].to_list() == pytest.approx(want["advantage"].to_list())
+
+
+def test_on_kuhn_the_push_on_j_facing_a_bet_does_not_fade():
+    """With exact per-state values and the policy calling with J 96% of the time (the plateau),
+    the on-policy push on Jb's <BET> is p(1-p) x gap per visit; the all-action rows make it
+    (p^2 + (1-p)^2) x gap: 24x stronger, and toward folding."""
+    q_pass, q_bet = kuhn.action_values(kuhn.best_response(), kuhn.UNIFORM)["Jb"]
+    p, visits = 0.96, 100
+    n_bet = round(p * visits)
+    rows = [{"action": "<BET>", "reward": q_bet}] * n_bet + \
+           [{"action": "<PASS>", "reward": q_pass}] * (visits - n_bet)
+    df = pl.DataFrame([_turn(i, [4, 2], r["action"], 0.0) | {"reward": r["reward"]}
+                       for i, r in enumerate(rows)],
+                      schema=_frame([_turn(0, [1], "<BET>", 0.0)]).schema)
+    df = compute_advantages(df.drop("advantage"), "mars", group_keys=("game", "role"))
+
+    def push(frame):  # d/dz of sum A log pi(a) on the <BET> logit z, per visit
+        sign = frame["action"].map_elements(lambda a: (1 - p) if a == "<BET>" else -p,
+                                            return_dtype=pl.Float64)
+        return float((frame["advantage"] * sign).sum()) / visits
+
+    on_policy, all_actions = push(df), push(with_all_actions(df))
+    gap = q_bet - q_pass  # -1: calling with J loses a chip more than folding
+    assert on_policy == pytest.approx(p * (1 - p) * gap, abs=1e-9)
+    assert all_actions == pytest.approx((p * p + (1 - p) ** 2) * gap, abs=1e-9)
+    assert all_actions / on_policy > 20

@@ -21,7 +21,8 @@ from mars_core.batching.bank import bank_add, bank_read, trainable_turns
 from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composition_metrics,
                                        with_turn_ids)
 from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
-from mars_core.advantages.all_actions import COUNTERFACTUAL, with_all_actions
+from mars_core.advantages.all_actions import (COUNTERFACTUAL, GREEDY_MEMORY, with_all_actions,
+                                              with_greedy_actions)
 from mars_core.advantages.estimators import estimator
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
@@ -84,9 +85,16 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     if est.stateful:
         state = {**state, est.name: new}
     metrics: dict[str, float] = est.state_metrics(new)
-    write_json(out / ESTIMATOR_STATE, state)
-    if a.all_actions:
+    if a.train_actions == "all":
         with_adv = with_all_actions(with_adv)
+    elif a.train_actions == "greedy":
+        with_adv, memory = with_greedy_actions(with_adv, state.get(GREEDY_MEMORY),
+                                               a.action_memory)
+        if a.action_memory:
+            state = {**state, GREEDY_MEMORY: memory}
+            metrics["batch/remembered_states"] = float(len(memory))
+    write_json(out / ESTIMATOR_STATE, state)
+    if a.train_actions != "sampled":
         metrics["batch/counterfactual_rows"] = float(with_adv[COUNTERFACTUAL].sum())
     if a.drop_zero_advantage:
         metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
@@ -94,7 +102,7 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
                               "reward", "advantage", "prompt_ids", "completion_ids",
                               "logprobs", "temperature",
-                              *([COUNTERFACTUAL] if a.all_actions else []))
+                              *([COUNTERFACTUAL] if a.train_actions != "sampled" else []))
     samples.write_parquet(out / SAMPLES_FILE)
     adv = samples["advantage"]
     return metrics | {"batch/samples": float(len(samples)),

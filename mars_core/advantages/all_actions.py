@@ -1,4 +1,4 @@
-"""Every observed action of a state in every visit: the counterfactual rows (issue 45).
+"""Which actions a visit of a state trains (`algorithm.train_actions`, issue 45).
 
 An on-policy update pushes a state toward its better action by p(1 - p) x (the value gap) per
 visit: once the policy leans 96% one way the push has faded 25x (docs/lab.md, the signal
@@ -17,9 +17,20 @@ turn is a valid reply to the other's prompt only then). An action is a valid tur
 trainer's importance weights stay exact. Invalid replies are never added (they keep their own
 turns), and a state where one action was seen adds nothing.
 
+`greedy` goes one step further, toward the capacity probe's supervision: each visit trains only
+the action of highest measured value (the mean return-to-go of the turns that took it), with
+advantage 1, a cross-entropy step whose push fades where the state is already right (target -
+p), not where it is wrong. Once the policy stops sampling an action, its value is no longer
+measured; with `memory` > 0 the values of a state's actions are remembered from batch to batch
+(a running mean over the last `memory` measurements, saved with the checkpoint), so a state the
+policy plays wrong keeps its label after the policy stopped exploring it.
+
 Pure, like the estimators: polars in, polars out; the trainer never knows a row was added.
 """
 from __future__ import annotations
+
+import hashlib
+import json
 
 import polars as pl
 
@@ -35,14 +46,27 @@ def _token_key(col: str) -> pl.Expr:
     return pl.col(col).list.eval(pl.element().cast(pl.Utf8)).list.join(",")
 
 
-def with_all_actions(df: pl.DataFrame) -> pl.DataFrame:
-    """`df` (turns with an `advantage` column) with a `counterfactual` column (False) and, after
-    its rows, one added row (True) for every turn and every other valid action seen in the
-    turn's state: the turn's identity and prompt, that action's most sampled completion there
-    and the mean advantage of the turns that took it there."""
-    for col in ("advantage", "prompt_ids", "completion_ids", "action", "valid", *STATE_KEYS):
+MODES = ("sampled", "all", "greedy")  # algorithm.train_actions
+GREEDY_ADVANTAGE = 1.0  # the advantage of a greedy row: a cross-entropy step toward the action
+DECIMALS = 9  # action values compared after rounding, so float noise cannot make or break a tie
+TRAJECTORY = ("episode_id", "player")  # one seat of one episode: its return-to-go
+GREEDY_MEMORY = "greedy_memory"  # the memory's key in the state saved with a checkpoint
+
+
+def _checked(df: pl.DataFrame, mode: str, extra: tuple[str, ...] = ()) -> None:
+    for col in ("advantage", "prompt_ids", "completion_ids", "action", "valid", *STATE_KEYS,
+                *extra):
         if col not in df.columns:
-            raise ValueError(f"all_actions needs the column '{col}' in the batch")
+            raise ValueError(f"train_actions: {mode} needs the column '{col}' in the batch")
+
+
+def with_all_actions(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` (turns with an `advantage` column) with a `counterfactual` column (False on its own
+    rows) and, after them, one added row (True) for every turn and every other valid action
+    seen in the turn's state: the turn's identity and prompt, that action's most sampled
+    completion there and the mean advantage of the turns that took it there (the all-action
+    policy gradient)."""
+    _checked(df, "all")
     own = df.with_columns(pl.lit(False).alias(COUNTERFACTUAL))
     if df.is_empty():
         return own
@@ -68,8 +92,88 @@ def with_all_actions(df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([own, added.select(own.columns)], how="vertical")
 
 
+def _state_id(row: dict) -> str:
+    """A state's short stable name (the memory's key): its game, role and prompt tokens."""
+    text = json.dumps([row["game"], row["role"], list(row["prompt_ids"])])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _return_to_go(df: pl.DataFrame) -> list[float]:
+    """Each turn's undiscounted return from that turn on within its seat's trajectory."""
+    rtg = (df.with_row_index(_ROW).sort([*TRAJECTORY, "turn"], descending=[False, False, True])
+           .with_columns(pl.col("reward").cum_sum().over(TRAJECTORY).alias("__rtg"))
+           .sort(_ROW))
+    return rtg["__rtg"].to_list()
+
+
+def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None,
+                        window: int = 0) -> tuple[pl.DataFrame, dict]:
+    """(`df` with a `counterfactual` column and the greedy rows, the memory after this batch).
+
+    An action's value in a state is the mean return-to-go of the batch's valid turns that took
+    it there; with `window` > 0 it is blended with `memory` (state id -> action -> [value,
+    count, completion]: a running mean whose old count is capped at `window`), and actions seen
+    in earlier batches only keep their remembered value and completion. Where a visited state
+    has two or more valued actions and one of highest value (the greedy action), every turn
+    trains that action alone with advantage 1: a turn that took it gets advantage 1, a turn
+    that took another valid action 0, and a turn that did not take it an added row of it (the
+    completion most sampled for it there, else the remembered one with unknown behaviour
+    log-probs); an invalid turn keeps its own advantage. Other states' turns are unchanged."""
+    _checked(df, "greedy", ("episode_id", "player", "turn", "reward"))
+    memory = {} if window <= 0 else {s: {a: list(v) for a, v in acts.items()}
+                                     for s, acts in (memory or {}).items()}
+    rows = df.to_dicts()
+    rtg = _return_to_go(df) if rows else []
+    state = [_state_id(r) for r in rows]
+    seen: dict[tuple, list[int]] = {}  # (state, action) -> rows that took it
+    for i, r in enumerate(rows):
+        if r["valid"] and r["action"] and r["completion_ids"]:
+            seen.setdefault((state[i], r["action"]), []).append(i)
+    values: dict[str, dict[str, tuple[float, list[int], list[float] | None, float]]] = {}
+    for (s, action), ix in seen.items():
+        mean = sum(rtg[i] for i in ix) / len(ix)
+        comps: dict[tuple, list[int]] = {}
+        for i in ix:
+            comps.setdefault(tuple(rows[i]["completion_ids"]), []).append(i)
+        src = rows[min((-len(c), c[0]) for c in comps.values())[1]]
+        if window > 0:
+            old = memory.get(s, {}).get(action)
+            n_old = min(old[1], window) if old else 0
+            value = (n_old * old[0] + len(ix) * mean) / (n_old + len(ix)) if old else mean
+            memory.setdefault(s, {})[action] = [value, n_old + len(ix), list(src["completion_ids"])]
+            mean = value
+        values.setdefault(s, {})[action] = (mean, list(src["completion_ids"]),
+                                            list(src["logprobs"] or []), src["temperature"])
+    for s in set(state):
+        for action, (value, _, completion) in memory.get(s, {}).items():
+            values.setdefault(s, {}).setdefault(action, (value, completion, None, None))
+    greedy: dict[str, str] = {}
+    for s, acts in values.items():
+        top = max(round(v[0], DECIMALS) for v in acts.values())
+        winners = sorted(a for a, v in acts.items() if round(v[0], DECIMALS) == top)
+        if len(acts) > 1 and len(winners) == 1:
+            greedy[s] = winners[0]
+    out = [{**r, COUNTERFACTUAL: False} for r in rows]
+    added = []
+    for i, r in enumerate(rows):
+        g = greedy.get(state[i])
+        if g is None:
+            continue
+        if r["valid"] and r["action"]:
+            out[i]["advantage"] = GREEDY_ADVANTAGE if r["action"] == g else 0.0
+        if r["action"] != g:
+            _, completion, logprobs, temperature = values[state[i]][g]
+            added.append({**r, "completion_ids": completion, "logprobs": logprobs or [],
+                          "temperature": r["temperature"] if temperature is None else temperature,
+                          "reply": "", "action": g, "advantage": GREEDY_ADVANTAGE,
+                          COUNTERFACTUAL: True})
+    frame = pl.DataFrame(out + added, schema={**df.schema, COUNTERFACTUAL: pl.Boolean})
+    return frame, memory
+
+
 def with_all_actions_reference(df: pl.DataFrame) -> pl.DataFrame:
     """The plain-loop twin of `with_all_actions` (the tests hold it to this)."""
+    _checked(df, "all")
     rows = df.to_dicts()
     state = [(r["game"], r["role"], tuple(r["prompt_ids"])) for r in rows]
     sums: dict[tuple, list[float]] = {}

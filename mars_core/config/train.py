@@ -45,10 +45,16 @@ class AlgorithmConfig(_Section):
     # normalize_std, rae_decay) is read into that field, so both forms give the same config
     options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
     drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
-    # every visit of a state also trains each other valid action seen in that state (same game,
-    # role and prompt) with that action's mean advantage there: the all-action update, whose
-    # push does not fade as the policy leans one way (mars_core.advantages.all_actions)
-    all_actions: bool = False
+    # which actions a visit of a state trains (a state: the same game, role and prompt; an
+    # action's value there: the mean advantage of the batch's turns that took it):
+    # sampled: the one it sampled (the policy gradient); all: also each other valid action seen
+    # in that state, with its value (the all-action update); greedy: only the action of highest
+    # value where two or more were seen, with advantage 1 (mars_core.advantages.all_actions)
+    train_actions: Literal["sampled", "all", "greedy"] = "sampled"
+    # greedy: how many past measurements of an action's value a state remembers, from batch to
+    # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its
+    # value; 0: this batch's only
+    action_memory: int = Field(0, ge=0)
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
     # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is
@@ -106,6 +112,8 @@ class AlgorithmConfig(_Section):
             raise ValueError("algorithm.group_keys must name at least one column (or be null)")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
+        if self.action_memory and self.train_actions != "greedy":
+            raise ValueError("algorithm.action_memory applies to train_actions: greedy only")
         return self
 
 

@@ -1,6 +1,7 @@
-"""The all-action update (algorithm.all_actions): counterfactual rows for every other valid action
-seen in a turn's state, held to a plain-loop twin, and their push on Kuhn Poker against the
-exact action values."""
+"""Which actions a visit trains (algorithm.train_actions): `all` adds counterfactual rows for
+every other valid action seen in a turn's state, `greedy` trains only the state's best measured
+action; both held to a plain-loop twin, and their push on Kuhn Poker against the exact action
+values."""
 from __future__ import annotations
 
 import random
@@ -9,7 +10,7 @@ import polars as pl
 import pytest
 
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, with_all_actions,
-                                              with_all_actions_reference)
+                                              with_all_actions_reference, with_greedy_actions)
 from mars_core.advantages.estimators import compute_advantages
 from mars_core.lab import kuhn
 from mars_core.types import TURN_SCHEMA
@@ -64,8 +65,26 @@ def test_states_are_split_by_role_as_well_as_prompt():
 
 
 def test_a_missing_column_is_one_line():
-    with pytest.raises(ValueError, match="all_actions needs the column 'action'"):
+    with pytest.raises(ValueError, match="train_actions: all needs the column 'action'"):
         with_all_actions(_frame([_turn(0, [1], "<BET>", 1.0)]).drop("action"))
+    with pytest.raises(ValueError, match="train_actions: greedy needs the column 'reward'"):
+        with_greedy_actions(_frame([_turn(0, [1], "<BET>", 1.0)]).drop("reward"))
+
+
+def test_greedy_trains_the_best_measured_action_of_a_state_and_no_other():
+    rows = [_turn(0, [1, 2], "<BET>", 1.0), _turn(1, [1, 2], "<BET>", 0.5),
+            _turn(2, [1, 2], "<PASS>", -2.0),
+            _turn(3, [1, 2], "", -3.0, valid=False),
+            _turn(4, [1, 3], "<BET>", 0.2),  # one action seen: unchanged
+            _turn(5, [1, 4], "<BET>", 0.5), _turn(6, [1, 4], "<PASS>", 0.5)]  # a tie: unchanged
+    out, memory = with_greedy_actions(_frame(rows))
+    assert memory == {}  # no memory asked
+    own = out.filter(~pl.col(COUNTERFACTUAL))
+    assert own["advantage"].to_list() == [1.0, 1.0, 0.0, -3.0, 0.2, 0.5, 0.5]
+    added = out.filter(pl.col(COUNTERFACTUAL))
+    assert [(r["turn_id"], r["action"], r["advantage"], r["completion_ids"])
+            for r in added.iter_rows(named=True)] == [("t2", "<BET>", 1.0, [7, 8]),
+                                                      ("t3", "<BET>", 1.0, [7, 8])]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -76,7 +95,7 @@ def test_the_vectorised_rows_equal_the_loop_twin(seed):
         action = rng.choice(["<BET>", "<PASS>", "<FOLD>"])
         valid = rng.random() > 0.15
         comp = REPLY.get(action, [7, 10]) + ([] if rng.random() < 0.8 else [rng.randint(1, 3)])
-        rows.append(_turn(i, [rng.randint(1, 3)], action, round(rng.uniform(-2, 2), 3),
+        rows.append(_turn(i, [rng.randint(1, 3)], action, rng.choice([-1.0, 0.0, 0.5, 1.0]),
                           valid=valid, completion=comp, role=rng.choice(["player_0", "player_1"])))
     if not rows:
         rows = [_turn(0, [1], "<BET>", 1.0)]
@@ -90,7 +109,8 @@ def test_the_vectorised_rows_equal_the_loop_twin(seed):
 def test_on_kuhn_the_push_on_j_facing_a_bet_does_not_fade():
     """With exact per-state values and the policy calling with J 96% of the time (the plateau),
     the on-policy push on Jb's <BET> is p(1-p) x gap per visit; the all-action rows make it
-    (p^2 + (1-p)^2) x gap: 24x stronger, and toward folding."""
+    (p^2 + (1-p)^2) x gap: 24x stronger, and toward folding; greedy makes it supervision's,
+    target - p (-0.96)."""
     q_pass, q_bet = kuhn.action_values(kuhn.best_response(), kuhn.UNIFORM)["Jb"]
     p, visits = 0.96, 100
     n_bet = round(p * visits)
@@ -107,7 +127,42 @@ def test_on_kuhn_the_push_on_j_facing_a_bet_does_not_fade():
         return float((frame["advantage"] * sign).sum()) / visits
 
     on_policy, all_actions = push(df), push(with_all_actions(df))
+    greedy = push(with_greedy_actions(df)[0])
     gap = q_bet - q_pass  # -1: calling with J loses a chip more than folding
     assert on_policy == pytest.approx(p * (1 - p) * gap, abs=1e-9)
     assert all_actions == pytest.approx((p * p + (1 - p) ** 2) * gap, abs=1e-9)
     assert all_actions / on_policy > 20
+    assert greedy == pytest.approx(0.0 - p, abs=1e-9)  # the probe's supervised push
+
+
+def test_greedy_values_are_returns_to_go_of_the_seat():
+    """A turn's value is what its seat collects from that turn on, not its own reward."""
+    first = _turn(0, [1], "<PASS>", 0.0) | {"reward": 0.0}
+    later = _turn(0, [2], "<BET>", 0.0) | {"reward": 2.0, "turn": 2, "turn_id": "t0b"}
+    other = _turn(1, [1], "<BET>", 0.0) | {"reward": 1.0}
+    out, _ = with_greedy_actions(_frame([first, later, other]))
+    # in state [1], <PASS> led to 2 chips by the end, <BET> to 1: <PASS> is greedy
+    assert out.filter(~pl.col(COUNTERFACTUAL))["advantage"].to_list() == [1.0, 0.0, 0.0]
+    assert out.filter(pl.col(COUNTERFACTUAL))["action"].to_list() == ["<PASS>"]
+
+
+def test_greedy_memory_keeps_the_label_of_an_action_no_longer_sampled():
+    first = [_turn(0, [1, 2], "<BET>", -2.0), _turn(1, [1, 2], "<PASS>", -1.0)]
+    _, memory = with_greedy_actions(_frame(first), {}, window=4)
+    assert [v[:2] for v in next(iter(memory.values())).values()] == [[-2.0, 1], [-1.0, 1]]
+    # the policy now always bets (calls): <PASS> is not seen, its remembered value still wins
+    second = [_turn(i, [1, 2], "<BET>", -2.0) for i in range(2, 5)]
+    out, memory = with_greedy_actions(_frame(second), memory, window=4)
+    assert out.filter(~pl.col(COUNTERFACTUAL))["advantage"].to_list() == [0.0, 0.0, 0.0]
+    added = out.filter(pl.col(COUNTERFACTUAL))
+    assert added["action"].to_list() == ["<PASS>"] * 3
+    assert added["completion_ids"].to_list() == [[7, 9]] * 3  # the remembered completion
+    assert added["logprobs"].to_list() == [[]] * 3  # its behaviour is not known: weight 1
+    assert next(iter(memory.values()))["<BET>"][:2] == [-2.0, 4]
+    # a running mean whose old count is capped at the window: 4 old at -2.0, 2 new at +1.0
+    third = [_turn(i, [1, 2], "<BET>", 1.0) for i in range(5, 7)]
+    _, memory = with_greedy_actions(_frame(third), memory, window=4)
+    assert next(iter(memory.values()))["<BET>"][:2] == [pytest.approx(-1.0), 6]
+    # without a window nothing is remembered
+    out, memory = with_greedy_actions(_frame(second), memory, window=0)
+    assert memory == {} and not out[COUNTERFACTUAL].any()

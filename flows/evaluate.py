@@ -23,7 +23,7 @@ from mars_core.config.base import former
 from mars_core.config.cluster import ClusterConfig
 from mars_core.privacy.private import reveal
 from mars_core.privacy.redact import install_log_redaction, redact, redact_text
-from mars_core.evaluation.game_eval import per_game_normalized, radar_chart
+from mars_core.strength.suite import per_game_normalized, radar_chart
 from mars_core.engines.chat import BENCHMARK_SAMPLING, benchmark_sampling, is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
 from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results

@@ -4,7 +4,7 @@ confidence interval, cost (model calls, tokens), transcripts, and the comparison
 
 Accuracy intervals are Wilson score intervals (honest at small n and at 0% or 100%). The
 difference of two models is paired over the same questions: mean of (a_i - b_i) with the
-project's small-sample 95% interval for bounded outcomes (`mars_core.evaluation.intervals.mean_ci95`:
+project's small-sample 95% interval for bounded outcomes (`mars_core.stats.intervals.mean_ci95`:
 Student's t, its variance floored so that 4 wins out of 4 still has a width), so "wins by more
 than the confidence interval" means its lower end is above 0.
 """
@@ -21,7 +21,7 @@ from reasoning.benchmarks import Question
 from reasoning.journal import Journal, fingerprint, is_journal
 from reasoning.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
-from mars_core.evaluation.intervals import mean_ci95
+from mars_core.stats.intervals import mean_ci95
 from mars_core.privacy.redact import redact
 
 Z95 = 1.959964

@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.config import GameEvalConfig
 from mars_core.config.cluster import ClusterConfig
-from mars_core.evaluation.game_eval import run_suite
+from mars_core.strength.suite import run_suite
 from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import PromptBuilder, RolloutStats
 from tasks.engine_factory import bf16_wanted

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from mars_core.games.opponents import check_suite, is_bot
 from mars_core.games.registry import GAMES, make_game
-from mars_core.evaluation.intervals import mean_ci95
+from mars_core.stats.intervals import mean_ci95
 from mars_core.rollout.play import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode, SamplingParams
 from mars_core.vocab import POLICY, SELF, Outcome

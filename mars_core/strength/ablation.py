@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mars_core.evaluation.intervals import mean_ci95
-from mars_core.evaluation.game_eval import paired_rows
+from mars_core.stats.intervals import mean_ci95
+from mars_core.strength.suite import paired_rows
 from mars_core.types import Episode
 
 ALL = "all"  # the opponent of a game's row averaged over its evaluation opponents

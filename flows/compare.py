@@ -40,9 +40,9 @@ from flows.train import train_flow
 from tasks.ablation import log_ablation
 from tasks.artifacts import publish_markdown, publish_table
 from tasks.policies import initial_policy
-from tasks.evaluate import learning_curve
+from tasks.strength import learning_curve
 from tasks.paths import check_run_dir, check_run_name, lock_run_dir, run_dir_for, unlock_run_dir
-from tasks.game_eval import evaluate_suite
+from tasks.strength_suite import evaluate_suite
 from tasks.tracking import ensure_run, log_comparison, set_terminated, tracking_uri
 
 ABLATIONS = tuple(f"configs/ablations/{p}.yaml" for p in (

@@ -26,9 +26,9 @@ from mars_core.privacy.redact import install_log_redaction, redact, redact_text
 from mars_core.strength.suite import per_game_normalized, radar_chart
 from mars_core.engines.chat import BENCHMARK_SAMPLING, benchmark_sampling, is_endpoint
 from tasks.artifacts import publish_markdown, publish_table
-from tasks.mas import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
+from tasks.reasoning import evaluate_harness, evaluate_mas, log_harness, log_mas, write_results
 from tasks.model_registry import version_of
-from tasks.game_eval import evaluate_suite, resolve_policy
+from tasks.strength_suite import evaluate_suite, resolve_policy
 from tasks.tracking import log_game_eval
 
 

@@ -32,8 +32,8 @@ from mars_core.config.base import former
 from flows.arena import arena_flow
 from mars_core.arena.config import load_arena_config
 from tasks.artifacts import publish_markdown
-from tasks.mas import evaluate_mas, log_mas, write_results
-from tasks.game_eval import evaluate_suite, resolve_policy
+from tasks.reasoning import evaluate_mas, log_mas, write_results
+from tasks.strength_suite import evaluate_suite, resolve_policy
 from tasks.model_registry import RegistryError, alias_version, set_alias
 from tasks.tracking import _metric_key
 from tasks.tracking import tracking_uri as local_store

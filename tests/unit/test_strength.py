@@ -239,7 +239,7 @@ def test_held_out_games_are_evaluated_beside_the_training_games_never_trained_on
     """Issue 32: a run evaluates games it never trains on (the MARS generalist's Connect Four,
     Leduc and Simple Hanabi) on the same deals at every evaluation, with their own opponents."""
     from mars_core.config import ConfigError, load_config
-    from tasks.evaluate import _plan
+    from tasks.strength import _plan
 
     cfg = load_config(None, ["rollout.games=[tic_tac_toe]", "evaluation.games_per_seat=2",
                              "evaluation.held_out=[connect_four, leduc_poker]",

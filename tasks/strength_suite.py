@@ -1,5 +1,6 @@
-"""Tasks of the game evaluation (the MARS strategic-ability protocol): resolve the policy to a local model, then play
-the suite (each game's games concurrently, model turns batched)."""
+"""Tasks of the game-strength suite (`mars eval games`, the MARS strategic-ability protocol):
+resolve the policy to a local model, then play the suite (each game's games concurrently,
+model turns batched)."""
 from __future__ import annotations
 
 from prefect import task

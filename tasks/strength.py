@@ -1,7 +1,8 @@
-"""Task: the policy against the evaluation opponents of each training game and each held-out
-game (`evaluation.held_out`, never trained on), in every seat (the same code as
-`mars eval games`), logged to a nested MLflow run. Every evaluation of a run plays
-the same deals (one game seed for the run), so two steps' results pair game by game."""
+"""Tasks of the evaluate and strength stages (game strength during training): the policy
+against the evaluation opponents of each training game and each held-out game
+(`evaluation.held_out`, never trained on), in every seat (the same code as `mars eval games`),
+logged to a nested MLflow run. Every evaluation of a run plays the same deals (one game seed
+for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
 import time

@@ -28,7 +28,7 @@ from pathlib import Path
 from prefect import flow
 
 from mars_core.strength.ablation import (ablation_markdown, ablation_plot, ablation_rows,
-                                           add_gains, curve_bands, per_seed_rows)
+                                         add_gains, curve_bands, per_seed_rows)
 from mars_core.config import load_config, load_game_eval_config
 from mars_core.privacy.private import reveal, withheld
 from mars_core.privacy.redact import install_log_redaction

@@ -24,15 +24,15 @@ from prefect import flow
 
 from reasoning.benchmarks import SHIPPED, check_names
 from reasoning.mas import (comparison_table, decide, markdown, paired_cells, paired_cells_markdown,
-                      paired_difference, read_records,
-                      game_eval_difference)
+                           paired_difference, read_records,
+                           game_eval_difference)
 from reasoning.systems import SYSTEMS, Result, check_systems
 from mars_core.config import load_game_eval_config
 from mars_core.config.base import former
 from flows.arena import arena_flow
 from mars_core.arena.config import load_arena_config
 from tasks.artifacts import publish_markdown
-from tasks.reasoning import evaluate_mas, log_mas, write_results
+from tasks.reasoning_benchmarks import evaluate_mas, log_mas, write_results
 from tasks.strength_suite import evaluate_suite, resolve_policy
 from tasks.model_registry import RegistryError, alias_version, set_alias
 from tasks.tracking import _metric_key

@@ -19,7 +19,7 @@ from mars_core.rollout.play import RolloutStats, play_episodes
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import is_done, read_json, write_json
 from mars_core.strength.suite import (paired_markdown, paired_rows, suite_records,
-                                           suite_specs)
+                                      suite_specs)
 from mars_core.vocab import POLICY
 from tasks.engine_factory import make_engine, prompt_builder, sampling, use_bf16
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage

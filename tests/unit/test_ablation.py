@@ -10,8 +10,8 @@ import random
 import pytest
 
 from mars_core.strength.ablation import (ALL, ablation_markdown, ablation_plot, ablation_rows,
-                                           add_gains, clears, curve_bands, per_seed_rows,
-                                           seed_interval)
+                                         add_gains, clears, curve_bands, per_seed_rows,
+                                         seed_interval)
 from mars_core.strength.suite import paired_rows
 from mars_core.types import Episode
 from mars_core.vocab import POLICY, Outcome

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from reasoning.benchmarks import (BENCHMARKS, ENV_DIR, HUB, MMLU_STEM_SUBJECTS, PUBLISHERS, SHIPPED,
-                             BenchmarkError, check_names, data_dir, load, spread,
-                             task_prompt)
+                                  BenchmarkError, check_names, data_dir, load, spread,
+                                  task_prompt)
 from tests.benchmark_files import benchmark_folder
 
 SIZES = {"math500": 500, "gsm8k": 1319, "aqua": 254, "aime24": 30, "amc23": 40,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from reasoning.mas import (comparison_table, decide, markdown, paired_difference, read_records,
-                      game_eval_difference, summarize, wilson, write_records)
+                           game_eval_difference, summarize, wilson, write_records)
 from reasoning.systems import Result
 
 

@@ -8,7 +8,7 @@ from mars_core.engines.scripted import ScriptedEngine
 from mars_core.games.opponents import check_suite
 from mars_core.stats.intervals import mean_ci95
 from mars_core.strength.suite import (RECORD_KEYS, normalized_return, run_suite, seat_record,
-                                           suite_specs)
+                                      suite_specs)
 from mars_core.rollout.play import PromptBuilder
 from mars_core.types import SamplingParams
 from mars_core.types import Episode

@@ -211,3 +211,28 @@ def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(REPO)): n for p in files
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_wheel_ships_every_package():
+    """pyproject.toml's package discovery ([tool.setuptools.packages.find], namespaces on by
+    default) finds every package of the layers above: a top-level package renamed without its
+    `include` pattern would install without it."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = set(find_namespace_packages(str(REPO), include=find["find"]["include"]))
+    wanted = {".".join(p.parent.relative_to(REPO).parts) for pkg in PACKAGES
+              for p in sorted((REPO / pkg).rglob("__init__.py"))}
+    assert set(PACKAGES) <= wanted  # the walk saw the packages
+    assert not wanted - found, f"not in the wheel: {sorted(wanted - found)}"
+
+
+def test_no_flow_module_is_named_like_a_top_level_package():
+    """Prefect loads a deployment's entrypoint (`flows/<module>.py:<flow>`) with flows/ first on
+    sys.path: a module there named like a top-level package (flows/reasoning.py) would hide
+    that package from every import of it while the flow loads."""
+    tops = {*PACKAGES, "tests", "bench"}
+    clash = sorted(p.name for p in (REPO / "flows").glob("*.py") if p.stem in tops)
+    assert not clash, f"flows/ modules named like a top-level package: {clash}"

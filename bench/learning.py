@@ -33,7 +33,7 @@ from mars_core.run import offline  # noqa: E402
 offline.apply()
 
 from cli.main import main as mars  # noqa: E402
-from mars_core.evaluation.game_eval import paired_markdown, paired_rows  # noqa: E402
+from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
 from mars_core.lab import kuhn  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402

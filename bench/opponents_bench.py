@@ -19,7 +19,7 @@ from mars_core.run import offline  # noqa: E402
 
 offline.apply()
 
-from mars_core.evaluation.game_eval import suite_specs  # noqa: E402
+from mars_core.strength.suite import suite_specs  # noqa: E402
 from mars_core.games.registry import GAMES, make_game  # noqa: E402
 from mars_core.rollout.play import play_episodes  # noqa: E402
 from mars_core.types import SamplingParams  # noqa: E402

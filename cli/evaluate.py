@@ -14,7 +14,7 @@ GAMES_KIND, FORMER_GAMES_KIND = "games", "strategic"  # `mars eval games`, forme
 
 
 def add_parser(sub) -> None:
-    from eval.systems import SYSTEMS
+    from reasoning.systems import SYSTEMS
     from mars_core.games.catalog import GAMES
     from mars_core.games.opponents import OPPONENT_SPECS
 
@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
 
 
 def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
-    from eval.benchmarks import BENCHMARKS, SHIPPED
+    from reasoning.benchmarks import BENCHMARKS, SHIPPED
     from mars_core.engines.chat import BENCHMARK_SAMPLING
 
     m.add_argument("--model", required=True, help=options.MODEL_HELP)
@@ -111,8 +111,8 @@ def check(args: argparse.Namespace) -> None:
 
 
 def _check_benchmarks(args: argparse.Namespace) -> None:
-    from eval.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
-    from eval.systems import check_systems
+    from reasoning.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
+    from reasoning.systems import check_systems
     from mars_core.config import ConfigError
 
     check_at_least_one(("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens),
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> dict:
     from mars_core.privacy.private import withheld
 
     if args.kind == "harness":
-        from flows.evaluate import harness_eval_flow
+        from flows.reasoning_benchmarks import harness_eval_flow
 
         with withheld(model=args.model, tracking_uri=args.tracking_uri) as hidden:
             return harness_eval_flow(
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
                 max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size, experiment=args.experiment,
                 runs_dir=args.runs_dir, **hidden)
     if args.kind == "mas":
-        from flows.evaluate import mas_eval_flow
+        from flows.reasoning_benchmarks import mas_eval_flow
 
         with withheld(model=args.model, baseline=args.baseline,
                       tracking_uri=args.tracking_uri) as hidden:
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> dict:
                 experiment=args.experiment, runs_dir=args.runs_dir, shards=args.shards,
                 ray_address=args.ray_address, api_key_env=args.api_key_env,
                 baseline_api_key_env=args.baseline_api_key_env, **hidden)
-    from flows.evaluate import game_eval_flow
+    from flows.strength_suite import game_eval_flow
 
     with withheld(overrides=args.overrides, tracking_uri=args.tracking_uri) as hidden:
         return game_eval_flow(

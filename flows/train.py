@@ -34,7 +34,7 @@ from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
 from tasks.estimate import estimate_line
-from tasks.evaluate import compare_start_final, evaluate, evaluation_records, learning_curve
+from tasks.strength import compare_start_final, evaluate, evaluation_records, learning_curve
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.rollout import STOP_PLAY, generate_rollouts
 from tasks.shards import connect, share_config, unshare_config

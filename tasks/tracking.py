@@ -343,7 +343,7 @@ def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
     """One MLflow run for a game evaluation (params, per-game normalized returns, the
     table, radar chart and transcripts) with a nested run per game holding that game's table
     and per-seat metrics. Returns the parent run id."""
-    from mars_core.evaluation.game_eval import per_game_normalized
+    from mars_core.strength.suite import per_game_normalized
 
     policy = redact_text(policy)
     kind = {"mars.kind": "strategic-eval"}

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from eval import graders
+from reasoning import graders
 from tests.conftest import REPO
 
 N = int(os.environ.get("MARS_FUZZ_N", "300"))

@@ -8,7 +8,7 @@ import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
-from mars_core.evaluation.game_eval import RECORD_KEYS
+from mars_core.strength.suite import RECORD_KEYS
 from tests.conftest import REPO
 
 QUICK = str(REPO / "configs/eval/mars_strategic_quick.yaml")

@@ -1,4 +1,4 @@
-"""The ablation's seed-level aggregation (`mars_core.evaluation.ablation`) on synthetic evaluations: a
+"""The ablation's seed-level aggregation (`mars_core.strength.ablation`) on synthetic evaluations: a
 variant better on every seed is detected, one that differs by chance is not, and a gain that
 one seed's deals show but the seeds disagree on does not clear either (the seed is the unit of
 replication, not the deal)."""
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from mars_core.evaluation.ablation import (ALL, ablation_markdown, ablation_plot, ablation_rows,
-                                           add_gains, clears, curve_bands, per_seed_rows,
-                                           seed_interval)
-from mars_core.evaluation.game_eval import paired_rows
+from mars_core.strength.ablation import (ALL, ablation_markdown, ablation_plot, ablation_rows,
+                                         add_gains, clears, curve_bands, per_seed_rows,
+                                         seed_interval)
+from mars_core.strength.suite import paired_rows
 from mars_core.types import Episode
 from mars_core.vocab import POLICY, Outcome
 

@@ -53,8 +53,8 @@ def _help(path: tuple[str, ...], flag: str) -> str:
 
 
 def test_help_lists_every_choice_of_its_list():
-    from eval.benchmarks import BENCHMARKS
-    from eval.systems import SYSTEMS
+    from reasoning.benchmarks import BENCHMARKS
+    from reasoning.systems import SYSTEMS
     from mars_core.games.opponents import BOT_SPECS, OPPONENT_SPECS
 
     games = next(p for p in PRIMARY if p[0] == "eval" and p[-1] not in ("mas", "harness")
@@ -177,7 +177,7 @@ def test_usage_summaries_name_real_flags_and_defaults(doc, usage):
 
 
 # -- paths the project's own files cite ---------------------------------------------------------
-TOP = ("mars_core", "tasks", "flows", "cli", "eval", "tests", "bench", "configs", "docs",
+TOP = ("mars_core", "tasks", "flows", "cli", "reasoning", "tests", "bench", "configs", "docs",
        "requirements")
 _CITED = re.compile(rf"\b(?:{'|'.join(TOP)})/[\w./-]*\w\.(?:py|ya?ml|md|txt|json|lock)\b")
 

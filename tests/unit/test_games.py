@@ -168,7 +168,7 @@ def test_config_validation_loads_no_game_engine():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyspiel', 'open_spiel', 'textarena', 'torch', 'transformers', 'prefect', 'mlflow') "
             "or m.startswith(('mars_core.games.registry', 'mars_core.games.bots', "
-            "'mars_core.evaluation.game_eval', 'mars_core.rollout.samplers', 'mars_core.rollout.play'))))")
+            "'mars_core.strength.suite', 'mars_core.rollout.samplers', 'mars_core.rollout.play'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

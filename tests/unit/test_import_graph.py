@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PACKAGES = ("mars_core", "tasks", "flows", "cli", "eval")
+PACKAGES = ("mars_core", "tasks", "flows", "cli", "reasoning")
 PURE = "mars_core"  # imports neither of these: the core runs without the orchestration
 ORCHESTRATION = ("prefect", "mlflow")
 
@@ -143,7 +143,7 @@ def _core_rules() -> dict[str, set[str]]:
 def _rule_breaks(graph: dict[str, set[str]], rules: dict[str, set[str]]) -> list[str]:
     """Each import of one core unit by another that the importer's rules do not allow; a
     module of the core outside every package and leaf; a core module importing the layers
-    above it (tasks, flows, cli, eval)."""
+    above it (tasks, flows, cli, reasoning)."""
     out = []
     for name, imported in sorted(graph.items()):
         here = _unit(name)
@@ -195,7 +195,7 @@ VAGUE_NAMES = {"common", "utils", "util", "helpers", "misc"}
 
 
 def test_the_layers_above_the_core_name_their_modules_by_concern():
-    """tasks/, flows/, cli/, eval/: a module says what it holds (the stage runner, the policy
+    """tasks/, flows/, cli/, reasoning/: a module says what it holds (the stage runner, the policy
     paths, the engine factory, the vLLM launcher), never `common` or `utils`."""
     vague = [str(p.relative_to(REPO)) for pkg in PACKAGES if pkg != PURE
              for p in sorted((REPO / pkg).rglob("*.py")) if p.stem in VAGUE_NAMES]
@@ -211,3 +211,28 @@ def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(REPO)): n for p in files
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_wheel_ships_every_package():
+    """pyproject.toml's package discovery ([tool.setuptools.packages.find], namespaces on by
+    default) finds every package of the layers above: a top-level package renamed without its
+    `include` pattern would install without it."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = set(find_namespace_packages(str(REPO), include=find["find"]["include"]))
+    wanted = {".".join(p.parent.relative_to(REPO).parts) for pkg in PACKAGES
+              for p in sorted((REPO / pkg).rglob("__init__.py"))}
+    assert set(PACKAGES) <= wanted  # the walk saw the packages
+    assert not wanted - found, f"not in the wheel: {sorted(wanted - found)}"
+
+
+def test_no_flow_module_is_named_like_a_top_level_package():
+    """Prefect loads a deployment's entrypoint (`flows/<module>.py:<flow>`) with flows/ first on
+    sys.path: a module there named like a top-level package (flows/reasoning.py) would hide
+    that package from every import of it while the flow loads."""
+    tops = {*PACKAGES, "tests", "bench"}
+    clash = sorted(p.name for p in (REPO / "flows").glob("*.py") if p.stem in tops)
+    assert not clash, f"flows/ modules named like a top-level package: {clash}"

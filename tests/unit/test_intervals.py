@@ -1,4 +1,4 @@
-"""Small-sample 95% intervals (`mars_core.evaluation.intervals.mean_ci95` with bounds, everything built
+"""Small-sample 95% intervals (`mars_core.stats.intervals.mean_ci95` with bounds, everything built
 on it, and the Wilson interval of accuracies): Student's factor at n = 4, an honest width for
 cells whose outcomes all agree, and coverage checked by simulation."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from eval.mas import paired_difference, wilson
-from eval.systems import Result
-from mars_core.evaluation.intervals import mean_ci95
-from mars_core.evaluation.game_eval import seat_record, paired_rows
+from reasoning.mas import paired_difference, wilson
+from reasoning.systems import Result
+from mars_core.stats.intervals import mean_ci95
+from mars_core.strength.suite import seat_record, paired_rows
 from mars_core.types import Episode
 
 T3 = 3.1824  # Student's t, 97.5% quantile, 3 degrees of freedom (n = 4)

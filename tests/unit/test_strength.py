@@ -6,9 +6,9 @@ import yaml
 
 from mars_core.engines.scripted import ScriptedEngine
 from mars_core.games.opponents import check_suite
-from mars_core.evaluation.intervals import mean_ci95
-from mars_core.evaluation.game_eval import (RECORD_KEYS, normalized_return, run_suite, seat_record,
-                                           suite_specs)
+from mars_core.stats.intervals import mean_ci95
+from mars_core.strength.suite import (RECORD_KEYS, normalized_return, run_suite, seat_record,
+                                      suite_specs)
 from mars_core.rollout.play import PromptBuilder
 from mars_core.types import SamplingParams
 from mars_core.types import Episode
@@ -181,7 +181,7 @@ def _episode(eid, game, agents, returns, error_player=-1):
 def test_strength_rows_pair_the_same_deals():
     """Two evaluations of Tic-Tac-Toe against MCTS: games with the same ids are the same deal
     and seat; the paired difference is the mean of per-game differences."""
-    from mars_core.evaluation.game_eval import paired_markdown, paired_rows
+    from mars_core.strength.suite import paired_markdown, paired_rows
 
     opp = "bot:mcts-10"
     start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp) if i % 2 else (opp, "policy"),
@@ -204,7 +204,7 @@ def test_a_gain_from_format_alone_reads_format_only_and_a_gain_in_play_reads_pla
     policy (seat 0) loses 30 deals by an invalid reply and draws 30; later: it draws all 60,
     so the whole gain comes from the deals it no longer loses by format. Another later policy
     wins every deal: a gain on the valid deals too, in play."""
-    from mars_core.evaluation.game_eval import paired_markdown, paired_rows
+    from mars_core.strength.suite import paired_markdown, paired_rows
 
     opp = "bot:random"
     start = [_episode(f"g{i}", "tic_tac_toe", ("policy", opp), (-1.0, 1.0) if i < 30
@@ -226,7 +226,7 @@ def test_a_gain_from_format_alone_reads_format_only_and_a_gain_in_play_reads_pla
 
 
 def test_strength_rows_count_the_policys_own_errors():
-    from mars_core.evaluation.game_eval import paired_rows
+    from mars_core.strength.suite import paired_rows
 
     eps = [_episode("a", "kuhn_poker", ("policy", "bot:random"), (-1.0, 1.0), error_player=0),
            _episode("b", "kuhn_poker", ("bot:random", "policy"), (-1.0, 1.0), error_player=0)]
@@ -239,7 +239,7 @@ def test_held_out_games_are_evaluated_beside_the_training_games_never_trained_on
     """Issue 32: a run evaluates games it never trains on (the MARS generalist's Connect Four,
     Leduc and Simple Hanabi) on the same deals at every evaluation, with their own opponents."""
     from mars_core.config import ConfigError, load_config
-    from tasks.evaluate import _plan
+    from tasks.strength import _plan
 
     cfg = load_config(None, ["rollout.games=[tic_tac_toe]", "evaluation.games_per_seat=2",
                              "evaluation.held_out=[connect_four, leduc_poker]",

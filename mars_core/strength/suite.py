@@ -1,6 +1,6 @@
 """The game evaluation: a policy against fixed opponents (the MARS strategic-ability
 protocol), every game x opponent x seat, all games played concurrently through one rollout call
-so model turns are batched. (The reasoning-benchmark evaluation is the `eval/` package.)
+so model turns are batched. (The reasoning-benchmark evaluation is the `reasoning/` package.)
 
 One record per (game, opponent, seat):
 `game, policy, opponent, seat, n, mean_return, ci95, win_rate, draw_rate, loss_rate,
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from mars_core.games.opponents import check_suite, is_bot
 from mars_core.games.registry import GAMES, make_game
-from mars_core.evaluation.intervals import mean_ci95
+from mars_core.stats.intervals import mean_ci95
 from mars_core.rollout.play import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode, SamplingParams
 from mars_core.vocab import POLICY, SELF, Outcome

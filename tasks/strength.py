@@ -1,7 +1,8 @@
-"""Task: the policy against the evaluation opponents of each training game and each held-out
-game (`evaluation.held_out`, never trained on), in every seat (the same code as
-`mars eval games`), logged to a nested MLflow run. Every evaluation of a run plays
-the same deals (one game seed for the run), so two steps' results pair game by game."""
+"""Tasks of the evaluate and strength stages (game strength during training): the policy
+against the evaluation opponents of each training game and each held-out game
+(`evaluation.held_out`, never trained on), in every seat (the same code as `mars eval games`),
+logged to a nested MLflow run. Every evaluation of a run plays the same deals (one game seed
+for the run), so two steps' results pair game by game."""
 from __future__ import annotations
 
 import time
@@ -17,8 +18,8 @@ from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import RolloutStats, play_episodes
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import is_done, read_json, write_json
-from mars_core.evaluation.game_eval import (paired_markdown, paired_rows, suite_records,
-                                           suite_specs)
+from mars_core.strength.suite import (paired_markdown, paired_rows, suite_records,
+                                      suite_specs)
 from mars_core.vocab import POLICY
 from tasks.engine_factory import make_engine, prompt_builder, sampling, use_bf16
 from tasks.stage_runner import PUBLISH_RETRY, derive_seed, run_stage

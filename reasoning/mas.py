@@ -4,7 +4,7 @@ confidence interval, cost (model calls, tokens), transcripts, and the comparison
 
 Accuracy intervals are Wilson score intervals (honest at small n and at 0% or 100%). The
 difference of two models is paired over the same questions: mean of (a_i - b_i) with the
-project's small-sample 95% interval for bounded outcomes (`mars_core.evaluation.intervals.mean_ci95`:
+project's small-sample 95% interval for bounded outcomes (`mars_core.stats.intervals.mean_ci95`:
 Student's t, its variance floored so that 4 wins out of 4 still has a width), so "wins by more
 than the confidence interval" means its lower end is above 0.
 """
@@ -17,11 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from eval.benchmarks import Question
-from eval.journal import Journal, fingerprint, is_journal
-from eval.systems import Result, run_system
+from reasoning.benchmarks import Question
+from reasoning.journal import Journal, fingerprint, is_journal
+from reasoning.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
-from mars_core.evaluation.intervals import mean_ci95
+from mars_core.stats.intervals import mean_ci95
 from mars_core.privacy.redact import redact
 
 Z95 = 1.959964
@@ -44,7 +44,7 @@ def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
     """Every question under every system. A system's questions (all benchmarks) run as one
     lockstep batch, so the engine sees as many concurrent conversations as there are open
     questions. With a `journal` folder, each system keeps its replies in
-    `<journal>/<system>.jsonl` (`eval.journal`, fingerprinted with `model`): rerun after a
+    `<journal>/<system>.jsonl` (`reasoning.journal`, fingerprinted with `model`): rerun after a
     kill, the suite replays them and goes on from there."""
     results = []
     for name in systems:
@@ -66,7 +66,7 @@ def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
 def remove_journal(folder: Path) -> None:
     """Delete the journals `run_suite` wrote under `folder` (once the results are written),
     and only them: `*.jsonl` and set-aside `*.jsonl.other` files that open with a journal's
-    header (`eval.journal`), then the folders they leave empty. Anything else stays."""
+    header (`reasoning.journal`), then the folders they leave empty. Anything else stays."""
     folder = Path(folder)
     if not folder.is_dir():
         return

@@ -1,5 +1,6 @@
-"""Tasks of the game evaluation (the MARS strategic-ability protocol): resolve the policy to a local model, then play
-the suite (each game's games concurrently, model turns batched)."""
+"""Tasks of the game-strength suite (`mars eval games`, the MARS strategic-ability protocol):
+resolve the policy to a local model, then play the suite (each game's games concurrently,
+model turns batched)."""
 from __future__ import annotations
 
 from prefect import task
@@ -7,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.config import GameEvalConfig
 from mars_core.config.cluster import ClusterConfig
-from mars_core.evaluation.game_eval import run_suite
+from mars_core.strength.suite import run_suite
 from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import PromptBuilder, RolloutStats
 from tasks.engine_factory import bf16_wanted

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mars_core.evaluation.intervals import mean_ci95
-from mars_core.evaluation.game_eval import paired_rows
+from mars_core.stats.intervals import mean_ci95
+from mars_core.strength.suite import paired_rows
 from mars_core.types import Episode
 
 ALL = "all"  # the opponent of a game's row averaged over its evaluation opponents
@@ -132,7 +132,7 @@ def ablation_rows(seed_rows: list[dict], reference: str) -> list[dict]:
 
 def curve_bands(curves: dict[tuple[str | None, str, int], list[dict]]) -> list[dict]:
     """Learning curves across seeds. `curves`: (base, variant, seed) -> that run's curve, rows
-    `{"iterations": t, <cell>: normalized return, ...}` (`tasks.evaluate.learning_curve`). One
+    `{"iterations": t, <cell>: normalized return, ...}` (`tasks.strength.learning_curve`). One
     row per (base, variant, cell, iterations) that some seed evaluated: `mean` over the seeds
     that did, `ci95` (t over seeds, None under 2), `seeds`."""
     acc: dict[tuple, list[tuple[int, float]]] = {}

@@ -122,18 +122,24 @@ def kuhn_state_rates(episodes) -> dict[str, tuple[float, int]]:
 
 
 def states_markdown(rates: dict[str, dict]) -> str:
-    """The bet/call rate per information state, per evaluated policy (Kuhn only)."""
+    """The bet/call rate per information state, per evaluated policy (Kuhn only), and the
+    exact expected normalized return of those rates against bot:random (no deal noise; a state
+    the policy never reached is counted at 50%: it weighs nothing where the policy's own
+    moves never lead to it)."""
     rates = {label: r for label, r in rates.items() if r}
     if not rates:
         return ""
     br = kuhn.best_response()
     keys = [i.key for i in kuhn.info_states()]
     out = ["\n## Kuhn Poker: bet or call rate per information state (card, then the betting: "
-           "p pass, b bet)\n", "| policy | " + " | ".join(keys) + " |",
-           "|---" * (len(keys) + 1) + "|",
-           "| best response to bot:random | " + " | ".join(f"{br[k]:.0%}" for k in keys) + " |"]
-    out += [f"| {label} | " + " | ".join(f"{r[k][0]:.0%} ({r[k][1]})" if k in r else "-"
-                                        for k in keys) + " |" for label, r in rates.items()]
+           "p pass, b bet)\n", "| policy | " + " | ".join(keys) + " | exact vs bot:random |",
+           "|---" * (len(keys) + 2) + "|",
+           "| best response to bot:random | " + " | ".join(f"{br[k]:.0%}" for k in keys)
+           + f" | {kuhn.normalized_value(br):.1f} |"]
+    for label, r in rates.items():
+        exact = kuhn.normalized_value({k: r[k][0] if k in r else 0.5 for k in keys})
+        out.append(f"| {label} | " + " | ".join(f"{r[k][0]:.0%} ({r[k][1]})" if k in r else "-"
+                                               for k in keys) + f" | {exact:.1f} |")
     return "\n".join(out) + "\n"
 
 

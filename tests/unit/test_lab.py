@@ -28,6 +28,10 @@ def test_the_best_response_to_random_folds_only_j_facing_a_bet():
     v = kuhn.state_value(br, q)
     value = (sum(v[c] for c in "JQK") / 3 + sum(v[c + "p"] + v[c + "b"] for c in "JQK") / 6) / 2
     assert (value + 2) / 4 * 100 == pytest.approx(61.46, abs=0.01)
+    assert kuhn.normalized_value(br) == pytest.approx(61.458, abs=1e-3)
+    # always betting differs only where J faces a bet (a chip lost there, 1/12 of the hands)
+    assert kuhn.normalized_value(dict.fromkeys(br, 1.0)) == pytest.approx(59.375, abs=1e-3)
+    assert kuhn.normalized_value(kuhn.UNIFORM) < 59.375
 
 
 def _random_play(n: int) -> pl.DataFrame:

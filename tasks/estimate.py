@@ -21,20 +21,21 @@ from mars_core.models import precision
 from mars_core.run.layout import EVALUATE, INIT, PREPARE_POLICY, SAVE_CHECKPOINT, stage_dir
 from mars_core.run.commit import is_done
 
-# `make demo`'s stages with `run.iterations=1` (the warm-up, the start's evaluation, one
-# iteration), measured on an Intel Xeon with AVX512-BF16 and AMX, 2 cores shared with other jobs
-# (load 6-10), bf16 chosen for both phases; its block times measured just before and just
-# after (the mean of the two; bf16). Seconds per unit: warm-up 518.6 s for 12 x 8 examples and
-# 8 probe games, the evaluation 133.8 s for 20 games, rollouts 140.8 s for 8 games, the update
-# and the stages after the rollouts 121.7 s.
+# `make demo`'s stages (the warm-up, two evaluations of 20 games, four iterations of 8 games),
+# measured on an AMD EPYC with AVX512-BF16, 2 cores, the machine otherwise idle, bf16 chosen
+# for both phases (2026-11-28, 7 min 29 s for the whole command), and that machine's block
+# times (bf16). Seconds per unit: warm-up 159.4 s for 12 x 8 examples and 8 probe games, an
+# evaluation 15.8-18.8 s for 20 games, rollouts 21.7-26.0 s for 8 games, the update and the
+# stages after the rollouts 31.1-35.6 s. (The reference before it, an Intel Xeon with AMX under
+# load 6-10, told this machine 22 min.)
 REFERENCE = {
-    "cpu": "an Intel Xeon with AMX",
-    "block_s": {"update": 0.0115, "play": 0.00124},
-    "warmup_example": 4.84,  # update
-    "probe_game": 6.69,  # play
-    "eval_game": 6.69,  # play
-    "rollout_game": 17.6,  # play
-    "update_game": 15.2,  # update
+    "cpu": "an AMD EPYC with AVX512-BF16",
+    "block_s": {"update": 0.00936, "play": 0.000784},
+    "warmup_example": 1.59,  # update
+    "probe_game": 0.865,  # play
+    "eval_game": 0.865,  # play
+    "rollout_game": 3.01,  # play
+    "update_game": 4.18,  # update
 }
 
 

@@ -116,7 +116,7 @@ class Episode:
 
 
 # samples.parquet (compute_advantages): True on a row added for an action its turn did not take
-# (algorithm.all_actions, mars_core.advantages.all_actions); such rows are not the turn's own
+# (algorithm.train_actions, mars_core.advantages.all_actions); such rows are not the turn's own
 COUNTERFACTUAL = "counterfactual"
 
 TURN_SCHEMA = {

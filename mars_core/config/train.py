@@ -45,11 +45,11 @@ class AlgorithmConfig(_Section):
     # normalize_std, rae_decay) is read into that field, so both forms give the same config
     options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
     drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
-    # which actions a visit of a state trains (a state: the same game, role and prompt; an
-    # action's value there: the mean advantage of the batch's turns that took it):
+    # which actions a visit of a state trains (a state: the same game, role and prompt):
     # sampled: the one it sampled (the policy gradient); all: also each other valid action seen
-    # in that state, with its value (the all-action update); greedy: only the action of highest
-    # value where two or more were seen, with advantage 1 (mars_core.advantages.all_actions)
+    # in that state, with the mean advantage of the batch's turns that took it there (the
+    # all-action update); greedy: only the action of highest mean return-to-go there, where two
+    # or more were seen, with advantage 1 (mars_core.advantages.all_actions)
     train_actions: Literal["sampled", "all", "greedy"] = "sampled"
     # greedy: how many past measurements of an action's value a state remembers, from batch to
     # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its

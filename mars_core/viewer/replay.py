@@ -32,7 +32,8 @@ from mars_core.games.registry import GAMES, make_game
 from mars_core.run.layout import (ADVANTAGES_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
                                   EPISODES_SAMPLE_FILE, SAMPLES_FILE, TURN_STAGES, TURNS_FILE,
                                   iteration_of)
-from mars_core.types import COUNTERFACTUAL, EPISODE_SCHEMA, TURN_SCHEMA, Episode, Turn, episodes_from_frames
+from mars_core.types import (COUNTERFACTUAL, EPISODE_SCHEMA, TURN_SCHEMA, Episode, Turn,
+                             episodes_from_frames)
 from mars_core.viewer.page import PAGE
 from mars_core.vocab import Outcome
 

@@ -166,3 +166,42 @@ def test_greedy_memory_keeps_the_label_of_an_action_no_longer_sampled():
     # without a window nothing is remembered
     out, memory = with_greedy_actions(_frame(second), memory, window=0)
     assert memory == {} and not out[COUNTERFACTUAL].any()
+
+
+def test_the_stage_trains_greedy_rows_and_carries_the_memory_to_the_next_iteration(tmp_path,
+                                                                                   monkeypatch):
+    """compute_advantages with train_actions: greedy writes the marked rows the trainer reads and
+    the memory into the state the checkpoint keeps; the next iteration starts from that state."""
+    from mars_core.config import dump_config, load_config
+    from mars_core.run.checkpoint import ESTIMATOR_STATE
+    from mars_core.run.layout import (BATCH_FILE, BUILD_BATCH, COMPUTE_ADVANTAGES, CONFIG_FILE,
+                                      SAMPLES_FILE, SAVE_CHECKPOINT, stage_dir)
+    from tasks import batching, stage as stage_module
+    from tests.conftest import REPO
+    from tests.unit.test_stage import _offline_run_stage
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config(REPO / "configs" / "smoke.yaml",
+                      ["algorithm.train_actions=greedy", "algorithm.action_memory=8",
+                       "algorithm.drop_zero_advantage=true"])
+    (run / CONFIG_FILE).write_text(dump_config(cfg))
+    monkeypatch.setattr(stage_module, "run_stage", _offline_run_stage)
+    batches = [[_turn(0, [1, 2], "<BET>", -2.0), _turn(1, [1, 2], "<PASS>", -1.0)],
+               [_turn(2, [1, 2], "<BET>", -2.0), _turn(3, [1, 2], "<BET>", -2.0)]]
+    for k, rows in enumerate(batches):
+        folder = stage_dir(run, k, BUILD_BATCH)
+        folder.mkdir(parents=True)
+        _frame(rows).drop("advantage").write_parquet(folder / BATCH_FILE)
+        metrics = batching.compute_advantages.fn(str(run), k)
+        out = stage_dir(run, k, COMPUTE_ADVANTAGES)
+        samples = pl.read_parquet(out / SAMPLES_FILE)
+        # the checkpoint keeps what compute_advantages wrote (train_step copies it)
+        checkpoint = stage_dir(run, k, SAVE_CHECKPOINT)
+        checkpoint.mkdir(parents=True)
+        (checkpoint / ESTIMATOR_STATE).write_text((out / ESTIMATOR_STATE).read_text())
+        assert metrics["batch/remembered_states"] == 1.0
+    # iteration 1 saw only <BET>; the fold's value remembered from iteration 0 labels the state
+    assert metrics["batch/counterfactual_rows"] == 2.0
+    assert samples.filter(pl.col(COUNTERFACTUAL))["completion_ids"].to_list() == [[7, 9]] * 2
+    assert samples.filter(~pl.col(COUNTERFACTUAL)).is_empty()  # the calls: advantage 0, dropped

@@ -69,22 +69,45 @@ def prefect_api():
         yield PREFECT_API_URL.value()
 
 
+WHOLE_SUITES = ("faults", "cluster")  # their session fixtures: the reference runs, a Ray cluster
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a pytest-xdist worker takes whole: a test file (its module fixtures
+    are built once), or the fault-injection or cluster suite as a whole."""
+    parts = Path(nodeid.split("::", 1)[0]).parts
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in WHOLE_SUITES:
+        return parts[1]
+    return "/".join(parts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s two workers (`-n 2 --dist loadgroup`) take whole `xdist_scope`s, in
+    collection order (cluster, e2e, faults and flows, the long ones, before the unit tests).
+    Not xdist's own loadgroup: it groups by a suffix it writes into `item._nodeid`, which
+    pytest 9.2 no longer reads, so every test went its own way and a module's fixtures (the
+    production path's smoke run: 4.5 min) were built on both workers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order: the long scopes first
+    return WholeScopes(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test's xdist group (below). Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
+    """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
     Tests marked `benchmarks(...)` read the benchmark files, which live outside the repository:
     without them they skip, the reason naming the files, the folder and where to get them
     (`tests/benchmark_files.py`)."""
     import torch
 
     from tests.benchmark_files import missing_benchmarks
-
-    # pytest-xdist (`make test` runs two workers, `--dist loadgroup`): a test file stays on one
-    # worker (its module fixtures are built once), and so do the fault-injection and cluster
-    # suites as wholes (their session fixtures: the reference runs, a two-node Ray cluster)
-    for item in items:
-        parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
-        item.add_marker(pytest.mark.xdist_group(
-            parts[0] if parts[0] in ("faults", "cluster") else "/".join(parts)))
 
     reasons: dict[tuple[str, ...], str | None] = {}
     for item in items:

@@ -34,23 +34,21 @@ import json
 
 import polars as pl
 
-from mars_core.types import COUNTERFACTUAL  # the column marking an added row (False on the batch's own)
+from mars_core.types import COUNTERFACTUAL  # marks an added row (False on the batch's own)
+
 STATE_KEYS = ("game", "role")  # with the prompt tokens: one state as the policy sees it
 _STATE, _ROW, _COMP = "__cf_state", "__cf_row", "__cf_completion"
 # what an added row takes from the turn that sampled its completion
 TAKEN = ("completion_ids", "logprobs", "temperature", "reply", "action")
+GREEDY_ADVANTAGE = 1.0  # the advantage of a greedy row: a cross-entropy step toward the action
+DECIMALS = 9  # action values compared after rounding, so float noise cannot make or break a tie
+TRAJECTORY = ("episode_id", "player")  # one seat of one episode: its return-to-go
+GREEDY_MEMORY = "greedy_memory"  # the memory's key in the state saved with a checkpoint
 
 
 def _token_key(col: str) -> pl.Expr:
     """A list of token ids as one comparable string."""
     return pl.col(col).list.eval(pl.element().cast(pl.Utf8)).list.join(",")
-
-
-MODES = ("sampled", "all", "greedy")  # algorithm.train_actions
-GREEDY_ADVANTAGE = 1.0  # the advantage of a greedy row: a cross-entropy step toward the action
-DECIMALS = 9  # action values compared after rounding, so float noise cannot make or break a tie
-TRAJECTORY = ("episode_id", "player")  # one seat of one episode: its return-to-go
-GREEDY_MEMORY = "greedy_memory"  # the memory's key in the state saved with a checkpoint
 
 
 def _checked(df: pl.DataFrame, mode: str, extra: tuple[str, ...] = ()) -> None:

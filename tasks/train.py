@@ -62,9 +62,9 @@ def _probe_invalid_rate(cfg, engine, n_games: int, seed: int) -> float:
 
 
 def _warmup_examples(cfg, tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """The format warm-up's examples (`mars_core.training.warmup`)."""
+    """The warm-up's examples, answered by `warmup.demonstrator` (`mars_core.training.warmup`)."""
     return warmup_examples(cfg.rollout.games, prompt_builder(cfg, tokenizer), sampling(cfg, seed),
-                           tokenizer, n, seed)
+                           tokenizer, n, seed, demonstrator=cfg.warmup.demonstrator)
 
 
 @task(cache_policy=NO_CACHE, **PUBLISH_RETRY)

@@ -26,7 +26,7 @@ from mars_core.config.train import (TRAJECTORY_ESTIMATORS, AlgorithmConfig,  # n
                                     BatchingConfig, OptimConfig, TrainerConfig)
 from mars_core.games.catalog import check_game, check_prompt
 from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
-                                       check_suite)
+                                       check_suite, is_bot)
 from mars_core.privacy.redact import redact
 from mars_core.vocab import POLICY
 
@@ -54,9 +54,15 @@ class ModelConfig(_Section):
 
 
 class WarmupConfig(_Section):
-    """Supervised format warm-up on synthetic `<answer>{random legal action}</answer>` replies."""
+    """Supervised warm-up on `<answer>{a bot's action}</answer>` replies: the format warm-up
+    (the random bot), or a warm start from demonstrations (a stronger bot)."""
 
     steps: int = Field(0, ge=0)  # 0 disables it
+    # whose play the examples answer with, both seats of its self-play games: bot:random (the
+    # format warm-up: any legal action) or a bot that plays well, e.g. bot:mcts-100 in
+    # Tic-Tac-Toe or bot:nash in Kuhn Poker (a warm start from demonstrations: it teaches
+    # strategy, so report its runs apart from RL alone; the evaluation at the start measures it)
+    demonstrator: str = "bot:random"
     batch_size: int = Field(8, ge=1)
     # examples per forward pass (gradient accumulation: the same step, the peak memory of one
     # micro-batch; a full fine-tune on 900-token prompts holds ~2 GB of activations per example)
@@ -142,6 +148,15 @@ class Config(_Section):
                              "(rollout.games); a held-out game is one never trained on")
         # the evaluations play the run's layout too: a held-out game needs one
         check_prompt(self.rollout.prompt, self.evaluation.held_out)
+        demonstrator = self.warmup.demonstrator
+        if self.warmup.steps and not is_bot(demonstrator):
+            raise ValueError(f"warmup.demonstrator: {demonstrator!r} is no bot; the examples "
+                             "come from a bot's play (bot:random, or e.g. bot:mcts-100)")
+        for game in self.rollout.games if self.warmup.steps else ():
+            try:
+                check_opponent(demonstrator, game)
+            except ValueError as e:
+                raise ValueError(f"warmup.demonstrator: {e}") from None
         a, b = self.algorithm, self.batching
         for knob, why in (("overlap", "plays each iteration one update behind"),
                           ("int8", "samples with other weights than the update's")):

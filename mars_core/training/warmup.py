@@ -1,8 +1,9 @@
 """The format warm-up's data and its probe (SPEC: a few supervised steps that teach the answer
 format, not the strategy, before RL).
 
-`warmup_examples` makes the supervised examples: positions from self-play games of the random
-bot, with the prompts the policy would see, each answered by the bot's random legal action
+`warmup_examples` makes the supervised examples: positions from self-play games of a bot (the
+random bot for the format warm-up; a stronger one, e.g. MCTS or Nash, for a warm start from
+demonstrations), with the prompts the policy would see, each answered by the bot's action
 (`<answer>{action}</answer>` minus the prefill, then end of turn). `invalid_rate` measures how
 often a policy's replies are invalid over a few self-play games, before and after.
 """
@@ -22,11 +23,12 @@ EXAMPLES_PER_GAME = 4  # games played: one per this many examples asked for (at 
 
 
 def warmup_examples(games: Sequence[str], prompts: PromptBuilder, sampling: SamplingParams,
-                    tokenizer, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, target ids) of every position of `ceil(n / 4)` random-bot games (at least
-    one): about n examples, more or fewer by the games' lengths."""
+                    tokenizer, n: int, seed: int, demonstrator: str = "bot:random",
+                    ) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids) of every position of `ceil(n / 4)` self-play games of the bot
+    `demonstrator` (at least one): about n examples, more or fewer by the games' lengths."""
     specs = plan_episodes(games, max(1, math.ceil(n / EXAMPLES_PER_GAME)), WARMUP_ITERATION,
-                          seed, agent="bot:random")
+                          seed, agent=demonstrator)
     episodes = play_episodes(specs, None, prompts, sampling, record_bot_prompts=True,
                              progress=False)
     examples = []

@@ -70,6 +70,9 @@ def prefect_api():
 
 
 WHOLE_SUITES = ("faults", "cluster")  # their session fixtures: the reference runs, a Ray cluster
+# Seconds each scope took in a `make test` run (`make test-durations` rewrites it): the workers
+# take the long scopes first, so the short ones fill the end and neither worker waits alone.
+DURATIONS = REPO / "tests" / "durations.json"
 
 
 def xdist_scope(nodeid: str) -> str:
@@ -81,23 +84,85 @@ def xdist_scope(nodeid: str) -> str:
     return "/".join(parts)
 
 
+def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """scope -> seconds from `path`; {} where it is missing or not such a mapping (the order
+    then falls back to the tests' count)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: float(v) for k, v in data.items()
+            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def longest_first(scopes: dict[str, int], seconds: dict[str, float]) -> list[str]:
+    """`scopes` (scope -> number of tests) in the order the workers take them: by recorded
+    seconds, longest first (the longest-processing-time rule); a scope with no record (a new
+    file) is given its tests' count times the recorded mean seconds per test. Ties keep the
+    collection order."""
+    known = [s for s in scopes if s in seconds]
+    per_test = (sum(seconds[s] for s in known) / max(1, sum(scopes[s] for s in known))
+                if known else 1.0)
+    estimate = {s: seconds[s] if s in seconds else scopes[s] * per_test for s in scopes}
+    return sorted(scopes, key=lambda s: -estimate[s])
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s two workers (`-n 2 --dist loadgroup`) take whole `xdist_scope`s, in
-    collection order (cluster, e2e, faults and flows, the long ones, before the unit tests).
+    """`make test`'s two workers (`-n 2 --dist loadgroup`) take whole `xdist_scope`s, the
+    longest first by `tests/durations.json` (`longest_first`).
     Not xdist's own loadgroup: it groups by a suffix it writes into `item._nodeid`, which
     pytest 9.2 no longer reads, so every test went its own way and a module's fixtures (the
     production path's smoke run: 4.5 min) were built on both workers."""
     if config.getvalue("dist") != "loadgroup":
         return None
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadScopeScheduling
 
     class WholeScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
 
-    config.option.loadscopereorder = False  # keep the collection order: the long scopes first
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "ordered", False):  # the first assignment: the queue is full
+                self.ordered = True
+                units = {scope: len(unit) for scope, unit in self.workqueue.items()}
+                self.workqueue = OrderedDict(
+                    (scope, self.workqueue[scope])
+                    for scope in longest_first(units, recorded_durations()))
+            super()._assign_work_unit(node)
+
+    config.option.loadscopereorder = False  # the order is ours
     return WholeScopes(config, log)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each xdist scope's seconds (set-up, call and tear-down of its "
+                          "tests) to PATH as JSON, as tests/durations.json holds them")
+
+
+_SCOPE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sums each scope's seconds (on the controller: the workers' reports come back to it)."""
+    scope = xdist_scope(report.nodeid)
+    _SCOPE_SECONDS[scope] = _SCOPE_SECONDS.get(scope, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--record-durations")
+    if path and not hasattr(session.config, "workerinput") and _SCOPE_SECONDS:
+        import json
+
+        ordered = sorted(_SCOPE_SECONDS.items(), key=lambda kv: (-kv[1], kv[0]))
+        Path(path).write_text(json.dumps({k: round(v, 1) for k, v in ordered}, indent=0) + "\n")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -73,6 +73,19 @@ def build_batch(ctx: StageContext, out: Path) -> dict:
     return composition_metrics(comp)
 
 
+
+# |advantage| at or below this is zero: a group mean subtracted from equal rewards can leave
+# float dust (-1.1e-16 in a Tic-Tac-Toe batch), a turn that carries no signal all the same
+ZERO_ADVANTAGE = 1e-9
+
+
+def without_zero_advantage(samples: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """(`samples` without the turns whose advantage is zero, how many were dropped): DAPO's
+    dynamic sampling, `algorithm.drop_zero_advantage`."""
+    keep = samples.filter(pl.col("advantage").abs() > ZERO_ADVANTAGE)
+    return keep, len(samples) - len(keep)
+
+
 @iteration_stage(COMPUTE_ADVANTAGES)
 def compute_advantages(ctx: StageContext, out: Path) -> dict:
     """Advantages of the batch by the configured estimator; the samples the trainer reads."""
@@ -97,8 +110,8 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     if a.train_actions != "sampled":
         metrics["batch/counterfactual_rows"] = float(with_adv[COUNTERFACTUAL].sum())
     if a.drop_zero_advantage:
-        metrics["batch/zero_advantage_dropped"] = float((with_adv["advantage"] == 0).sum())
-        with_adv = with_adv.filter(pl.col("advantage") != 0)
+        with_adv, dropped = without_zero_advantage(with_adv)
+        metrics["batch/zero_advantage_dropped"] = float(dropped)
     samples = with_adv.select("turn_id", "episode_id", "game", "player", "role", "turn",
                               "reward", "advantage", "prompt_ids", "completion_ids",
                               "logprobs", "temperature",

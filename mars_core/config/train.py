@@ -44,7 +44,8 @@ class AlgorithmConfig(_Section):
     # {decay: 0.9}; mars: {normalize_std: true}); one with a flat field above (group_keys,
     # normalize_std, rae_decay) is read into that field, so both forms give the same config
     options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
-    drop_zero_advantage: bool = False  # leave turns whose advantage is exactly 0 out of the batch
+    # leave turns whose advantage is 0 (within 1e-9: float dust) out of the batch
+    drop_zero_advantage: bool = False
     # which actions a visit of a state trains (a state: the same game, role and prompt):
     # sampled: the one it sampled (the policy gradient); all: also each other valid action seen
     # in that state, with the mean advantage of the batch's turns that took it there (the

@@ -205,3 +205,13 @@ def test_the_stage_trains_greedy_rows_and_carries_the_memory_to_the_next_iterati
     assert metrics["batch/counterfactual_rows"] == 2.0
     assert samples.filter(pl.col(COUNTERFACTUAL))["completion_ids"].to_list() == [[7, 9]] * 2
     assert samples.filter(~pl.col(COUNTERFACTUAL)).is_empty()  # the calls: advantage 0, dropped
+
+
+def test_dynamic_sampling_drops_exactly_the_turns_without_signal():
+    from tasks.batching import without_zero_advantage
+
+    df = pl.DataFrame({"turn_id": list("abcdef"),
+                       "advantage": [0.0, -1.1102e-16, 1e-3, -1.0, 2e-10, -0.0]})
+    kept, dropped = without_zero_advantage(df)
+    # float dust left by a mean subtracted from equal rewards is no signal; 1e-3 is
+    assert kept["turn_id"].to_list() == ["c", "d"] and dropped == 4

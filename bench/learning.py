@@ -15,7 +15,8 @@ Training is `mars train` (resumable: run it again to continue). Written beside t
 - `learning.md`, `learning.json`: every evaluated policy against the start policy, paired game by
   game, and the verdict: improved when the final paired difference exceeds twice its 95%
   half-width; in Kuhn Poker, each evaluated policy's bet rate per card (J/Q/K: does it play
-  its card?); and what each update did (token entropy, clip share, ratio, KL to the old
+  its card?); in Tic-Tac-Toe, the share of its moves that are minimax-optimal (all, and where
+  some legal move is not); and what each update did (token entropy, clip share, ratio, KL to the old
   policy, the engine/trainer gap), iteration by iteration, from the `train_step` metrics.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ offline.apply()
 
 from cli.main import main as mars  # noqa: E402
 from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
-from mars_core.lab import kuhn  # noqa: E402
+from mars_core.lab import kuhn, tictactoe  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
@@ -143,6 +144,44 @@ def states_markdown(rates: dict[str, dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def ttt_optimal_rates(episodes) -> dict[str, tuple[float, int]]:
+    """How often the policy's valid Tic-Tac-Toe moves are minimax-optimal
+    (`mars_core.lab.tictactoe`): "all" its moves, "decisive" those in positions where some
+    legal move is not optimal (elsewhere any move is), each (share, moves); and "chance", what
+    a uniformly random move would score in those decisive positions."""
+    counts = {"all": [0, 0], "decisive": [0, 0], "chance": [0.0, 0]}
+    for ep in episodes:
+        for t in ep.turns:
+            if t.game != "tic_tac_toe" or t.agent != "policy" or not t.valid:
+                continue
+            seen, cell = tictactoe.read_position(t.observation), tictactoe.move_cell(t.action)
+            if seen is None or cell is None:
+                continue
+            best = tictactoe.optimal_moves(*seen)
+            kinds = ("all", "decisive") if len(best) < seen[0].count(".") else ("all",)
+            for kind in kinds:
+                counts[kind][0] += cell in best
+                counts[kind][1] += 1
+            if len(kinds) == 2:
+                counts["chance"][0] += len(best) / seen[0].count(".")
+                counts["chance"][1] += 1
+    return {k: (hit / n, n) for k, (hit, n) in counts.items() if n}
+
+
+def optimal_markdown(rates: dict[str, dict]) -> str:
+    rates = {label: r for label, r in rates.items() if r}
+    if not rates:
+        return ""
+    out = ["\n## Tic-Tac-Toe: the policy's valid moves that are minimax-optimal\n",
+           "| policy | all moves | where some move is not optimal | a random move there |",
+           "|---|---|---|---|"]
+    out += [f"| {label} | " + " | ".join(f"{r[k][0]:.0%} (n={r[k][1]})" if k in r else "-"
+                                        for k in ("all", "decisive"))
+            + (f" | {r['chance'][0]:.0%} |" if "chance" in r else " | - |")
+            for label, r in rates.items()]
+    return "\n".join(out) + "\n"
+
+
 def update_stats(run: Path, iterations: int) -> list[dict]:
     """Each finished update's statistics (`train/<key>` of its train_step metrics)."""
     rows = []
@@ -185,6 +224,7 @@ def report(run: Path) -> int:
     bets = {label: kuhn_bet_rates(eps) for label, eps in played.items()}
     facing = {label: kuhn_bet_rates(eps, facing=True) for label, eps in played.items()}
     states = {label: kuhn_state_rates(eps) for label, eps in played.items()}
+    optimal = {label: ttt_optimal_rates(eps) for label, eps in played.items()}
     updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
     out = run / "learning"
@@ -195,7 +235,7 @@ def report(run: Path) -> int:
     lines = verdicts(rows, last)
     table = paired_markdown(rows, "start")
     stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
-    stats = states_markdown(states) + stats
+    stats = states_markdown(states) + optimal_markdown(optimal) + stats
     from mars_core.models.precision import cpu_description
 
     machine = f"Reported on: {cpu_description()}\n\n"
@@ -203,7 +243,7 @@ def report(run: Path) -> int:
                                      + "\n" + stats)
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
-         "kuhn_call_rates": facing, "kuhn_state_rates": states,
+         "kuhn_call_rates": facing, "kuhn_state_rates": states, "ttt_optimal_rates": optimal,
          "updates": updates, "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")
@@ -216,7 +256,9 @@ def report(run: Path) -> int:
             | {f"learning/kuhn_poker/bet_rate_{card}": rate
                for card, (rate, _) in bets[label].items()}
             | {f"learning/kuhn_poker/call_rate_{card}": rate
-               for card, (rate, _) in facing[label].items()}, k)
+               for card, (rate, _) in facing[label].items()}
+            | {f"learning/tic_tac_toe/optimal_rate_{kind}": rate
+               for kind, (rate, _) in optimal[label].items()}, k)
     print(table)
     print(stats)
     print("\n".join(lines))

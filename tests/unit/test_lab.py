@@ -112,3 +112,63 @@ def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), "--arms", "9",
                           "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["--arms: no arm 9 (0 to 5)"]
+
+
+def test_tic_tac_toe_move_values_are_perfect_play():
+    from mars_core.lab import tictactoe as t
+
+    assert t.value(".........", "X") == 0  # a draw with perfect play
+    assert t.optimal_moves("XX.OO....", "X") == {2}  # win now
+    assert t.move_values("XX.OO....", "X")[6] == -1  # elsewhere O wins at 5
+    assert t.optimal_moves("XX.OO....", "O") == {2, 5}  # O to move: win now, or block with a fork
+    assert t.optimal_moves("X...O...X", "O") == {1, 3, 5, 7}  # an edge, not a corner: a draw
+    assert t.move_values("X...O...X", "O")[2] == -1
+    assert t.move_values("XXXOO....", "O") == {}  # over
+    assert t.move_cell("<X(1,2)>") == 5 and t.move_cell("<O(0,0)>") == 0
+    assert t.move_cell("<X(3,0)>") is None and t.move_cell("pass") is None
+
+
+def test_a_tic_tac_toe_position_reads_back_from_either_layout():
+    import random
+
+    from mars_core.games.registry import make_game
+    from mars_core.lab import tictactoe as t
+
+    adapter, rng, seen = make_game("tic_tac_toe"), random.Random(3), 0
+    for _ in range(4):
+        state = adapter.new_state(0)
+        while not adapter.is_terminal(state):
+            p = adapter.current_player(state)
+            board = adapter.board(state).replace(" ", "").replace("\n", "").replace("_", ".")
+            for style in ("paper", "compact"):
+                assert t.read_position(adapter.observation_for(state, p, [], style)) == \
+                    (board, adapter.MARKS[p])
+            adapter.apply(state, rng.choice(sorted(adapter.legal_actions(state).values())))
+            seen += 1
+    assert seen > 20
+    assert t.read_position("Your card: K\nLegal: <PASS> <BET>") is None
+
+
+def test_the_learning_report_counts_optimal_moves():
+    import importlib.util
+    from types import SimpleNamespace as Turn
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("learning_under_test", REPO / "bench/learning.py")
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    obs = ("You are X. Legal: <X(0,2)> <X(1,0)> <X(1,2)> <X(2,1)> <X(2,2)>\n"
+           "Board:\nX X _\n_ O _\nO _ _")  # X wins at (0,2), the one optimal move of five
+    empty = ("You are X. Legal: " + " ".join(f"<X({r},{c})>" for r in range(3) for c in range(3))
+             + "\nBoard:\n_ _ _\n_ _ _\n_ _ _")
+    turn = {"game": "tic_tac_toe", "agent": "policy", "valid": True}
+    turns = [Turn(**turn, observation=obs, action=a) for a in ("<X(0,2)>", "<X(2,2)>")]
+    turns += [Turn(**turn, observation=empty, action="<X(1,1)>"),  # any first move draws
+              Turn(**{**turn, "agent": "bot:random"}, observation=obs, action="<X(2,2)>"),
+              Turn(**{**turn, "valid": False}, observation=obs, action="")]
+    rates = learning.ttt_optimal_rates([Turn(turns=turns)])
+    assert rates["all"] == (2 / 3, 3) and rates["decisive"] == (0.5, 2)
+    assert rates["chance"] == (0.2, 2)
+    assert "| iter 6 | 67% (n=3) | 50% (n=2) | 20% |" in learning.optimal_markdown(
+        {"iter 6": rates})

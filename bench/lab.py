@@ -1,13 +1,16 @@
 """The learning lab's capacity probe (docs/lab.md): supervised fitting of Kuhn Poker's best
-response per parametrization and prompt layout, reporting steps and seconds to fit. Prints
-figures; asserts nothing. Resumable: an arm whose result is written is not run again.
+response (or, with --game tic_tac_toe, of minimax moves in 24 Tic-Tac-Toe positions) per
+parametrization and prompt layout, reporting steps and seconds to fit. Prints figures; asserts
+nothing. Resumable: an arm whose result is written is not run again.
 
     python bench/lab.py [--model embedded] [--out runs/lab/probe] [--steps 40] [--arms 0,1]
-    make lab
+                        [--game kuhn_poker|tic_tac_toe]
+    make lab [GAME=tic_tac_toe]
 
 Writes `<out>/arm_<i>.json` (the whole curve), `<out>/probe.md` and `probe.json` (the table),
-and `<out>/probe.png` (per arm against steps: states at the best response, and the K-J
-gap in P(bet) facing a bet, i.e. whether the card is read).
+and `<out>/probe.png` (per arm against steps: states at the best response, and for Kuhn the
+K-J gap in P(bet) facing a bet, i.e. whether the card is read; for Tic-Tac-Toe the mean
+probability of the optimal moves).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import mars_core.run.threads  # noqa: F401  (first: the thread settings, before 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from mars_core.run import offline  # noqa: E402
@@ -23,53 +27,79 @@ from mars_core.run import offline  # noqa: E402
 offline.apply()
 
 from mars_core.lab import kuhn  # noqa: E402
-from mars_core.lab.probe import ARMS, Arm, fit  # noqa: E402
+from mars_core.lab.probe import ARMS, GAMES, Arm, fit  # noqa: E402
 from mars_core.models.precision import bf16_for, cpu_description  # noqa: E402
 from mars_core.models.weights import resolve_model  # noqa: E402
 
 
 def _row(i: int, c: dict) -> str:
     last = c["steps"][-1]
-    p = last["p_bet"]
+    n = c.get("states", 12)
     fit_at = f"{c['fit_step']} ({c['fit_seconds']:.0f} s)" if c["fit_step"] is not None else \
         f"not in {last['step']} ({last['seconds']:.0f} s)"
-    return (f"| {i} | {c['arm']['name']} | {c['prompt_tokens']:.0f} | {c['trainable'] / 1e6:.2f}M "
-            f"| {fit_at} | {last['n_best']}/12 | {p['Jb']:.2f} / {p['Qb']:.2f} / {p['Kb']:.2f} "
-            f"| {p['Jpb']:.2f} / {p['Qpb']:.2f} / {p['Kpb']:.2f} |")
+    head = (f"| {i} | {c['arm']['name']} | {c['prompt_tokens']:.0f} | "
+            f"{c['trainable'] / 1e6:.2f}M | {fit_at} | {last['n_best']}/{n} ")
+    if "p_bet" not in last:  # Tic-Tac-Toe
+        p = last["p_best"]
+        return head + f"| {sum(p.values()) / len(p):.2f} |"
+    p = last["p_bet"]
+    return head + (f"| {p['Jb']:.2f} / {p['Qb']:.2f} / {p['Kb']:.2f} "
+                   f"| {p['Jpb']:.2f} / {p['Qpb']:.2f} / {p['Kpb']:.2f} |")
 
 
-def table(curves: dict[int, dict]) -> str:
-    head = ("| # | arm | prompt tokens | trainable | steps to fit (s) | states at best "
-            "(last) | P(bet) J/Q/K facing a bet (last) | after own pass, facing a bet |\n"
-            "|---|---|---|---|---|---|---|---|")
+def table(curves: dict[int, dict], game: str = "kuhn_poker") -> str:
+    if game == "tic_tac_toe":
+        head = ("| # | arm | prompt tokens | trainable | steps to fit (s) | positions at an "
+                "optimal move (last) | mean P(optimal moves) (last) |\n"
+                "|---|---|---|---|---|---|---|")
+    else:
+        head = ("| # | arm | prompt tokens | trainable | steps to fit (s) | states at best "
+                "(last) | P(bet) J/Q/K facing a bet (last) | after own pass, facing a bet |\n"
+                "|---|---|---|---|---|---|---|---|")
     return "\n".join([head] + [_row(i, c) for i, c in sorted(curves.items())])
 
 
-def plot(curves: dict[int, dict], path: Path) -> None:
-    """Per arm against optimizer steps: the states at the best response, and whether the
-    policy reads its card (P(bet) of K facing a bet minus J's: 0 while only the betting is
-    read, positive once the card is)."""
+def plot(curves: dict[int, dict], path: Path, game: str = "kuhn_poker") -> None:
+    """Per arm against optimizer steps: the states at the best response, and for Kuhn whether
+    the policy reads its card (P(bet) of K facing a bet minus J's: 0 while only the betting is
+    read, positive once the card is); for Tic-Tac-Toe the mean probability of the optimal
+    moves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ttt = game == "tic_tac_toe"
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    n = 12
     for i, c in sorted(curves.items()):
+        n = c.get("states", 12)
         steps = [s["step"] for s in c["steps"]]
         left.plot(steps, [s["n_best"] for s in c["steps"]], marker=".", label=f"{i}: {c['arm']['name']}")
-        right.plot(steps, [s["p_bet"]["Kb"] - s["p_bet"]["Jb"] for s in c["steps"]], marker=".")
+        right.plot(steps, [sum(s["p_best"].values()) / len(s["p_best"]) if ttt
+                           else s["p_bet"]["Kb"] - s["p_bet"]["Jb"] for s in c["steps"]],
+                   marker=".")
     left.set_xlabel("optimizer steps")
-    left.set_ylabel("states at the best response (of 12)")
-    left.set_ylim(0, 12.5)
+    left.set_ylabel(f"states at the best response (of {n})")
+    left.set_ylim(0, n + 0.5)
     left.legend(fontsize=7, loc="lower right")
     right.set_xlabel("optimizer steps")
-    right.set_ylabel("P(bet | K facing a bet) - P(bet | J facing a bet)")
+    right.set_ylabel("mean P(optimal moves)" if ttt
+                     else "P(bet | K facing a bet) - P(bet | J facing a bet)")
     right.axhline(0, color="grey", lw=0.5)
-    fig.suptitle("Capacity probe: Kuhn Poker's best response, fitted by supervision")
+    fig.suptitle("Capacity probe: Tic-Tac-Toe's minimax moves, fitted by supervision" if ttt
+                 else "Capacity probe: Kuhn Poker's best response, fitted by supervision")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _progress(r: dict) -> None:
+    p = r["p_best"]
+    kuhn_part = (f"  P(bet|Jb) {r['p_bet']['Jb']:.2f} P(bet|Kb) {r['p_bet']['Kb']:.2f}"
+                 if "p_bet" in r else "")
+    print(f"  step {r['step']:3d} {r['seconds']:7.1f} s best {r['n_best']:2d}/{len(p)}  "
+          f"mean P(best) {sum(p.values()) / len(p):.2f}{kuhn_part}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="the most optimizer steps per arm")
     ap.add_argument("--arms", default="", help="comma-separated arm numbers (default all)")
     ap.add_argument("--seed", type=int, default=0, help="the adapter's initialisation seed")
+    ap.add_argument("--game", choices=GAMES, default="kuhn_poker",
+                    help="the states fitted: Kuhn's 12, or 24 Tic-Tac-Toe positions")
     ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
                     help="bf16 autocast (auto: whichever this CPU runs faster)")
     args = ap.parse_args(argv)
@@ -95,32 +127,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model = resolve_model(args.model)
     bf16 = bf16_for(args.bf16, "update")
-    print(f"capacity probe on {cpu_description()}, {'bf16' if bf16 else 'fp32'}; best response "
-          f"to bot:random: {kuhn.best_response()}")
+    target = (f"best response to bot:random: {kuhn.best_response()}" if args.game == "kuhn_poker"
+              else "minimax moves in 24 Tic-Tac-Toe positions")
+    print(f"capacity probe on {cpu_description()}, {'bf16' if bf16 else 'fp32'}; {target}")
     for i in chosen:
         done = out / f"arm_{i}.json"
         if done.exists():
             continue
-        arm: Arm = ARMS[i]
+        arm: Arm = replace(ARMS[i], game=args.game)
         print(f"arm {i}: {arm.name}", flush=True)
-        curve = fit(model, arm, steps=args.steps, seed=args.seed, bf16=bf16,
-                    on_step=lambda r: print(f"  step {r['step']:3d} {r['seconds']:7.1f} s "
-                                            f"best {r['n_best']:2d}/12  P(bet|Jb) "
-                                            f"{r['p_bet']['Jb']:.2f} P(bet|Kb) "
-                                            f"{r['p_bet']['Kb']:.2f}", flush=True))
+        curve = fit(model, arm, steps=args.steps, seed=args.seed, bf16=bf16, on_step=_progress)
         tmp = done.with_suffix(".tmp")
         tmp.write_text(json.dumps(vars(curve) | {"bf16": bf16, "cpu": cpu_description()},
                                   indent=1))
         tmp.replace(done)
     curves = {int(f.stem.split("_")[1]): json.loads(f.read_text())
               for f in out.glob("arm_*.json")}
-    md = table(curves)
+    md = table(curves, args.game)
     (out / "probe.md").write_text(md + "\n")
     (out / "probe.json").write_text(json.dumps(
-        {str(i): {k: c[k] for k in ("arm", "prompt_tokens", "trainable", "fit_step",
+        {str(i): {k: c.get(k) for k in ("arm", "prompt_tokens", "trainable", "states", "fit_step",
                                     "fit_seconds", "bf16", "cpu")} | {"last": c["steps"][-1]}
          for i, c in sorted(curves.items())}, indent=1))
-    plot(curves, out / "probe.png")
+    plot(curves, out / "probe.png", args.game)
     print(md)
     return 0
 

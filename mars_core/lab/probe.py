@@ -3,6 +3,9 @@ the best response at all? Supervised, not RL: the policy is fitted by plain cros
 the best-response action of each of Kuhn Poker's 12 information states (against `bot:random`:
 <BET> everywhere but J facing a bet, which folds), and the probe reports the steps and seconds
 until every state prefers its best action, with the probability of <BET> per state on the way.
+With `Arm.game` "tic_tac_toe" the states are 24 positions where some legal move is not
+optimal, labelled by minimax (`lab.tictactoe`; the loss: -log of the optimal moves'
+probability together, any optimal move being right).
 
 RL gets a far weaker signal than this supervision; a layout or parametrization that cannot fit
 the answer when told it will not learn it from rewards. One step is one full batch: the 12
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mars_core.lab import kuhn
+from mars_core.lab import kuhn, tictactoe
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")  # the recipes' LoRA targets
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -32,6 +35,7 @@ class Arm:
     targets: tuple[str, ...] = ATTENTION
     lr: float = 1e-4
     alpha: float = 32.0
+    game: str = "kuhn_poker"  # or "tic_tac_toe"
 
 
 # The arms `make lab` compares (docs/lab.md): the Kuhn recipes' adapter on both layouts, then
@@ -47,31 +51,61 @@ ARMS: tuple[Arm, ...] = (
 )
 
 
+GAMES = ("kuhn_poker", "tic_tac_toe")
+TTT_POSITIONS = 24  # the Tic-Tac-Toe positions the probe fits
+
+
 @dataclass
 class Item:
-    """One information state as token ids: its prompt, and each action's answer tokens."""
+    """One state as token ids: its prompt, and each legal action's answer tokens."""
 
     key: str
     prompt: list[int]
-    answers: list[list[int]]  # per action of kuhn.ACTIONS
-    label: int  # the best response's action
+    answers: list[list[int]]  # per legal action (Kuhn: kuhn.ACTIONS)
+    best: tuple[int, ...]  # the best actions (indices into answers)
+
+    @property
+    def label(self) -> int:
+        return self.best[0]
 
 
-def items(tokenizer, style: str, policy: kuhn.Policy | None = None) -> list[Item]:
-    """The 12 states in layout `style`, labelled by `policy` (the best response to random)."""
+def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
+          game: str = "kuhn_poker") -> list[Item]:
+    """The probe's states in layout `style`: Kuhn's 12 labelled by `policy` (the best response
+    to random), or Tic-Tac-Toe's `TTT_POSITIONS` decisive positions labelled by minimax."""
     from mars_core.games.registry import make_game
     from mars_core.rollout.play import PromptBuilder
 
-    policy = policy or kuhn.best_response()
-    adapter = make_game("kuhn_poker")
+    if game not in GAMES:
+        raise ValueError(f"the probe has no game {game!r}; choose one of: {', '.join(GAMES)}")
+    adapter = make_game(game)
     builder = PromptBuilder(tokenizer, "answer", keep_history=False, style=style)
-    answers = [tokenizer.encode(a + "</answer>", add_special_tokens=False) for a in kuhn.ACTIONS]
+
+    def encode(answer: str) -> list[int]:
+        return tokenizer.encode(answer + "</answer>", add_special_tokens=False)
+
     out = []
+    if game == "tic_tac_toe":
+        for board, mark in tictactoe.decisive_positions(TTT_POSITIONS):
+            state, player = adapter.new_state(0), adapter.MARKS.index(mark)
+            for m, cell in tictactoe.moves_to(board):
+                adapter.apply(state, adapter.legal_actions(state)[f"<{m}({cell // 3},{cell % 3})>"])
+            legal = sorted(adapter.legal_actions(state), key=tictactoe.move_cell)
+            best = tictactoe.optimal_moves(board, mark)
+            ids = builder.prompt_ids([
+                {"role": "system", "content": adapter.rules_for(player, style)},
+                {"role": "user", "content": adapter.observation_for(state, player, [], style)}])
+            out.append(Item(f"{board}:{mark}", ids, [encode(a) for a in legal],
+                            tuple(i for i, a in enumerate(legal)
+                                  if tictactoe.move_cell(a) in best)))
+        return out
+    policy = policy or kuhn.best_response()
+    answers = [encode(a) for a in kuhn.ACTIONS]
     for info in kuhn.info_states():
         rules, obs = kuhn.prompt_texts(adapter, info, style)
         ids = builder.prompt_ids([{"role": "system", "content": rules},
                                   {"role": "user", "content": obs}])
-        out.append(Item(info.key, ids, answers, int(policy[info.key] >= 0.5)))
+        out.append(Item(info.key, ids, answers, (int(policy[info.key] >= 0.5),)))
     return out
 
 
@@ -80,15 +114,18 @@ class Curve:
     arm: dict
     prompt_tokens: float  # mean prompt length
     trainable: int  # trainable parameters
-    steps: list[dict] = field(default_factory=list)  # per step: n_best, p_bet per state, s
-    fit_step: int | None = None  # the first step at which all 12 states prefer the best action
+    states: int = 12  # how many states the probe fits
+    # per step: n_best, p_best per state (the best actions' probability), Kuhn's p_bet, s
+    steps: list[dict] = field(default_factory=list)
+    fit_step: int | None = None  # the first step at which every state prefers a best action
     fit_seconds: float | None = None
 
 
 def _sequence_logprobs(model, item_list: list[Item], pad_id: int, autocast: bool):
-    """Log-probability of each (state, action) answer: a tensor [states, actions]. Sequences
-    are padded on the left so that every answer ends at the last position, and the vocabulary
-    projection runs only over the answers' positions (`logits_to_keep`)."""
+    """Log-probability of each (state, action) answer: a tensor [states, most actions], -inf
+    where a state has fewer actions. Sequences are padded on the left so that every answer ends
+    at the last position, and the vocabulary projection runs only over the answers' positions
+    (`logits_to_keep`)."""
     import torch
 
     seqs = [it.prompt + ans for it in item_list for ans in it.answers]
@@ -109,7 +146,13 @@ def _sequence_logprobs(model, item_list: list[Item], pad_id: int, autocast: bool
         targets = ids[i, width - n:]
         # the logits at position t predict token t + 1: the answer's tokens from keep - 1 - n on
         out.append(logp[i, keep - 1 - n: keep - 1].gather(1, targets[:, None]).sum())
-    return torch.stack(out).view(len(item_list), -1)
+    most = max(len(it.answers) for it in item_list)
+    rows, at = [], 0
+    for it in item_list:
+        row = torch.stack(out[at: at + len(it.answers)])
+        at += len(it.answers)
+        rows.append(torch.cat([row, row.new_full((most - len(row),), float("-inf"))]))
+    return torch.stack(rows)
 
 
 def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: bool = False,
@@ -132,30 +175,36 @@ def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: b
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=arm.lr, weight_decay=0.0)
-    batch = items(tokenizer, arm.style)
-    labels = torch.tensor([it.label for it in batch])
+    batch = items(tokenizer, arm.style, game=arm.game)
     curve = Curve(asdict(arm), sum(len(it.prompt) for it in batch) / len(batch),
-                  sum(p.numel() for p in params))
+                  sum(p.numel() for p in params), states=len(batch))
     start = time.perf_counter()
     for step in range(steps + 1):
         # the states in chunks of `chunk`, each chunk's gradient accumulated as it is computed
-        # (the same step as one pass over the 12; the peak memory of one chunk)
+        # (the same step as one pass over them all; the peak memory of one chunk)
         opt.zero_grad(set_to_none=True)
-        parts = []
+        p_best, hits, p_bet = [], 0, []
         for i in range(0, len(batch), chunk):
-            lp = _sequence_logprobs(model, batch[i: i + chunk], tokenizer.pad_token_id, bf16)
-            # cross-entropy on the best answers, averaged over the 12 states
-            loss = -lp.gather(1, labels[i: i + chunk, None]).sum() / len(batch)
+            part = batch[i: i + chunk]
+            lp = _sequence_logprobs(model, part, tokenizer.pad_token_id, bf16)
+            # cross-entropy on the best answers (together), averaged over the states
+            best = [lp[j, list(it.best)].logsumexp(0) for j, it in enumerate(part)]
+            loss = -torch.stack(best).sum() / len(batch)
             loss.backward()
-            parts.append(lp.detach())
-        p_bet = torch.softmax(torch.cat(parts), dim=1)[:, 1]
-        best = int(((p_bet >= 0.5).long() == labels).sum())
-        row = {"step": step, "seconds": round(time.perf_counter() - start, 3), "n_best": best,
-               "p_bet": {it.key: round(float(p), 4) for it, p in zip(batch, p_bet)}}
+            probs = torch.softmax(lp.detach(), dim=1)
+            for j, it in enumerate(part):
+                p_best.append(float(probs[j, list(it.best)].sum()))
+                hits += int(probs[j].argmax()) in it.best
+                if arm.game == "kuhn_poker":
+                    p_bet.append(float(probs[j, 1]))
+        row = {"step": step, "seconds": round(time.perf_counter() - start, 3), "n_best": hits,
+               "p_best": {it.key: round(p, 4) for it, p in zip(batch, p_best)}}
+        if p_bet:
+            row["p_bet"] = {it.key: round(p, 4) for it, p in zip(batch, p_bet)}
         curve.steps.append(row)
         if on_step is not None:
             on_step(row)
-        if best == len(batch) and curve.fit_step is None:
+        if hits == len(batch) and curve.fit_step is None:
             curve.fit_step, curve.fit_seconds = step, row["seconds"]
             if stop_at_fit:
                 break

@@ -74,3 +74,38 @@ def move_cell(action: str) -> int | None:
     """The cell an action such as "<X(1,2)>" names (5), or None."""
     m = _MOVE.search(action or "")
     return 3 * int(m[2]) + int(m[3]) if m and int(m[2]) < 3 and int(m[3]) < 3 else None
+
+
+def decisive_positions(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """`n` (board, mark to move) positions drawn (by `seed`) from every reachable position of
+    the game that is not over and where some legal move is not optimal: the positions the
+    capacity probe fits, where the answer depends on the board."""
+    import random
+
+    found: set[tuple[str, str]] = set()
+
+    def walk(board: str, mark: str) -> None:
+        if (board, mark) in found or winner(board) or "." not in board:
+            return
+        if len(optimal_moves(board, mark)) < board.count("."):
+            found.add((board, mark))
+        other = "O" if mark == "X" else "X"
+        for cell in (i for i, c in enumerate(board) if c == "."):
+            walk(board[:cell] + mark + board[cell + 1:], other)
+
+    walk("." * 9, "X")
+    ordered = sorted(found)
+    return random.Random(seed).sample(ordered, min(n, len(ordered)))
+
+
+def moves_to(board: str) -> list[tuple[str, int]]:
+    """A move order that reaches `board` from the empty one: (mark, cell), X first, then
+    alternating (no earlier position of a position not over is over)."""
+    xs = [i for i, c in enumerate(board) if c == "X"]
+    os_ = [i for i, c in enumerate(board) if c == "O"]
+    order = []
+    for k in range(len(xs)):
+        order.append(("X", xs[k]))
+        if k < len(os_):
+            order.append(("O", os_[k]))
+    return order

@@ -172,3 +172,28 @@ def test_the_learning_report_counts_optimal_moves():
     assert rates["chance"] == (0.2, 2)
     assert "| iter 6 | 67% (n=3) | 50% (n=2) | 20% |" in learning.optimal_markdown(
         {"iter 6": rates})
+
+
+def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tmp_path):
+    from mars_core.lab import tictactoe
+    from mars_core.lab.probe import TTT_POSITIONS, Arm, fit, items
+    from mars_core.models.weights import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    paper, compact = items(tok, "paper", game="tic_tac_toe"), items(tok, "compact",
+                                                                    game="tic_tac_toe")
+    assert len(compact) == TTT_POSITIONS and [i.best for i in paper] == [i.best for i in compact]
+    for item in compact:  # every legal move is an answer; the best ones are minimax's
+        board, mark = item.key.split(":")
+        assert len(item.answers) == board.count(".")
+        assert 0 < len(item.best) < len(item.answers)
+        texts = [tok.decode(a).removesuffix("</answer>") for a in item.answers]
+        assert {tictactoe.move_cell(texts[i]) for i in item.best} == \
+            tictactoe.optimal_moves(board, mark)
+    curve = fit(tiny_model_dir, Arm("tiny", rank=4, lr=1e-2, game="tic_tac_toe"), steps=1,
+                stop_at_fit=False, chunk=8)
+    assert curve.states == TTT_POSITIONS and len(curve.steps) == 2
+    assert all(0 <= s["n_best"] <= TTT_POSITIONS and "p_bet" not in s for s in curve.steps)
+    assert all(0 < p < 1 for p in curve.steps[0]["p_best"].values())
+    with pytest.raises(ValueError, match="no game 'chess'"):
+        items(tok, "compact", game="chess")

@@ -45,7 +45,9 @@ class MCTSBot:
     def __init__(self, adapter: GameAdapter, simulations: int, seed: int) -> None:
         from open_spiel.python.algorithms import mcts
 
-        rng = np.random.RandomState(seed)
+        # numpy takes seeds below 2**32; the plays' seeds (a stream seed + the game, times
+        # 1000, + the seat) pass it from iteration 5 of a run on (seed 0), or at once
+        rng = np.random.RandomState(seed % 2**32)
         evaluator = mcts.RandomRolloutEvaluator(n_rollouts=10, random_state=rng)
         self.bot = mcts.MCTSBot(adapter.game, uct_c=2.0, max_simulations=simulations,
                                 evaluator=evaluator, random_state=rng)

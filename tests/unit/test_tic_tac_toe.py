@@ -130,3 +130,17 @@ def test_mcts_beats_random():
     specs = [EpisodeSpec(f"e{i}", "tic_tac_toe", i, ("bot:mcts-50", "bot:random")) for i in range(20)]
     eps = play_episodes(specs, None, None, PARAMS, progress=False)
     assert sum(e.outcomes[0] == "win" for e in eps) >= 14
+
+
+def test_mcts_plays_with_the_seeds_of_a_runs_later_iterations():
+    """A run's plays seed their bots with (stream seed + game) * 1000 + seat: past 2**32 from
+    iteration 5 of a seed-0 run on, which numpy refused (a Tic-Tac-Toe run against bot:mcts-10
+    stopped there)."""
+    from mars_core.run.seeds import Stream, stream_seed
+
+    seed = stream_seed(0, Stream.ROLLOUTS, 5)
+    assert seed * 1000 >= 2**32
+    play = [EpisodeSpec(f"m{s}", "tic_tac_toe", s, ("bot:mcts-10", "bot:random"))
+            for s in (seed, seed + 1)]
+    eps = play_episodes(play, None, None, PARAMS, progress=False)
+    assert all(ep.outcomes for ep in eps)

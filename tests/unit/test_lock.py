@@ -106,7 +106,9 @@ def test_torch_is_the_local_cpu_wheel():
 
 def test_build_and_model_locks():
     build, main = _lock("requirements-build.lock"), _lock("requirements.lock")
-    assert list(build) == ["setuptools"] and build["setuptools"] == main["setuptools"]
+    assert sorted(build) == ["setuptools", "uv"] and build["setuptools"] == main["setuptools"]
+    # uv installs the rest (make setup): the version `make lock` resolves with, hash-checked
+    assert build["uv"][0] == Version(_makefile_var("UV_VERSION")), RELOCK
     build_system = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
     for spec in build_system["requires"]:
         req = Requirement(spec)

@@ -81,6 +81,9 @@ class Turn:
     error: ErrorType | Literal[""] = ""  # why the reply is not a move ("" when it is one)
     error_detail: str = ""  # what was wrong, one line for people (never parsed)
     info: str = ""  # JSON: the step's game facts (a round's result, a guess's colour, ...)
+    # JSON: each legal action's Monte-Carlo value for the seat to move (rollout.mc_rollouts,
+    # model turns of training games; mars_core.rollout.mc_values), "" when not measured
+    action_values: str = ""
     eligible: bool = True  # set by filter_steps: whether the step may be trained on
     gate_reason: GateReason | Literal[""] = ""  # why it may not ("" when eligible)
     game_reward: float = 0.0
@@ -127,8 +130,8 @@ TURN_SCHEMA = {
     "top_k": pl.Int64, "min_p": pl.Float64, "reply": pl.Utf8, "finish_reason": pl.Utf8,
     "action": pl.Utf8,
     "valid": pl.Boolean, "error": pl.Utf8, "error_detail": pl.Utf8, "info": pl.Utf8,
-    "eligible": pl.Boolean, "gate_reason": pl.Utf8, "game_reward": pl.Float64,
-    "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,
+    "action_values": pl.Utf8, "eligible": pl.Boolean, "gate_reason": pl.Utf8,
+    "game_reward": pl.Float64, "format_reward": pl.Float64, "length_reward": pl.Float64, "reward": pl.Float64,
 }
 
 EPISODE_SCHEMA = {

@@ -97,7 +97,8 @@ def _play(cfg, run_dir: str, k: int, specs: list[EpisodeSpec], seed: int, progre
     load_s, stats = time.perf_counter() - start, RolloutStats()
     episodes = play_episodes(specs, engines, prompt_builder(cfg, engine.tokenizer),
                              sampling(cfg, seed), stats=stats, progress=progress,
-                             per_game=cfg.rollout.per_game_sampling(seed), stop=STOP_PLAY.is_set)
+                             per_game=cfg.rollout.per_game_sampling(seed), stop=STOP_PLAY.is_set,
+                             mc_rollouts=cfg.rollout.mc_rollouts)
     return episodes, stats, engine, load_s
 
 

@@ -208,12 +208,15 @@ def task_runner(cluster: ClusterConfig):
 
 def run_shards(task, parameters: list[dict], cluster: ClusterConfig) -> list:
     """One task run of `task` per parameter set, on the cluster or here; their results in
-    order (a failed shard raises its error once every shard has ended)."""
+    order (a failed shard raises its error once every shard has ended). On a cluster the
+    shards are spread over its nodes (Ray's SPREAD strategy): packed, a shard placed after
+    another had ended could land on the same node while the others idled."""
     if cluster.ray.address is not None:
         from prefect_ray.context import remote_options
 
         resources = remote_options(num_cpus=cluster.ray.cpus_per_shard,
-                                   num_gpus=cluster.ray.gpus_per_shard)
+                                   num_gpus=cluster.ray.gpus_per_shard,
+                                   scheduling_strategy="SPREAD")
     else:
         resources = nullcontext()
     runner = task_runner(cluster)

@@ -135,6 +135,9 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
               twin=lambda: _reference().rae_reference),
     Estimator("rloo_env", lambda: _vectorised().rloo_env, needs_trajectories=False,
               twin=lambda: _reference().rloo_env_reference),
+    # each turn against the other moves of its own state (rollout.mc_rollouts' values)
+    Estimator("monte_carlo", lambda: _vectorised().monte_carlo, needs_trajectories=False,
+              config=(), twin=lambda: _reference().monte_carlo_reference),
 )}
 
 

@@ -4,13 +4,15 @@ advantages as a list in row order (`rae_update_reference` returns the new state 
 by the pipeline."""
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from mars_core.advantages.vectorised import DISTINCT_DECIMALS, _check_columns, rae_key
+from mars_core.advantages.vectorised import (DISTINCT_DECIMALS, _check_columns, check_mc_columns,
+                                             rae_key)
 
 
 def _rows(df: pl.DataFrame, group_keys: Sequence[str]) -> tuple[list[dict], list[str]]:
@@ -176,4 +178,21 @@ def rloo_env_reference(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) 
         others = [float(o["reward"]) for j, o in enumerate(rows)
                   if j != i and _group(o, keys) == _group(row, keys)]
         out.append(row["reward"] - sum(others) / len(others) if others else 0.0)
+    return out
+
+
+def monte_carlo_reference(df: pl.DataFrame) -> list[float]:
+    """Loop version of `monte_carlo`: the played action's value (or the reward, where the turn
+    played none that was measured) minus the mean value of its state; 0 without values."""
+    rows, _ = _rows(df, ("game",))
+    check_mc_columns(df)
+    out = []
+    for row in rows:
+        values = {d["action"]: d["value"] for d in json.loads(row["action_values"] or "[]")}
+        if not values:
+            out.append(0.0)
+            continue
+        q = values[row["action"]] if row["valid"] and row["action"] in values \
+            else float(row["reward"])
+        out.append(q - sum(values.values()) / len(values))
     return out

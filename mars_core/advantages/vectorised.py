@@ -323,3 +323,48 @@ def rloo_env(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) -> pl.Data
     n = pl.len().over(keys)
     adv = pl.when(n > 1).then(r - (r.sum().over(keys) - r) / (n - 1)).otherwise(0.0)
     return _restore(_sorted_by_trajectory(df), adv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Monte-Carlo action values (issue 45)
+
+# a turn's `action_values` (mars_core.rollout.mc_values.encode): each legal action's value
+MC_VALUES = pl.List(pl.Struct({"action": pl.Utf8, "value": pl.Float64}))
+MC_COLUMNS = ("action", "valid", "reward", "action_values")
+
+
+def check_mc_columns(df: pl.DataFrame) -> None:
+    """Raise ValueError naming the first column `monte_carlo` needs that `df` lacks."""
+    for col in MC_COLUMNS:
+        if col not in df.columns:
+            hint = " (set rollout.mc_rollouts)" if col == "action_values" else ""
+            raise ValueError(f"estimator monte_carlo needs the column '{col}' in the turns "
+                             f"frame{hint}")
+
+
+def monte_carlo(df: pl.DataFrame) -> pl.DataFrame:
+    """Per-turn advantages from the Monte-Carlo values of the turn's own state
+    (`rollout.mc_rollouts`): `A = Q(s, a) - V(s)`, where Q(s, a) is the measured value of the
+    action the turn played and V(s) the mean of its state's values (a uniform move's value).
+    A turn that played no measured action (an invalid reply) is valued by its reward instead
+    of Q; a turn without values (none measured) gets 0. No baseline group: each turn is
+    compared with the other moves of its own state.
+
+    Shapes: df [N rows] -> df [N rows] + `advantage` (Float64). Source: VinePPO's Monte-Carlo
+    values from states, with a uniform continuation (mars_core.rollout.mc_values)."""
+    _check_columns(df, ("game",))
+    check_mc_columns(df)
+    rows = _sorted_by_trajectory(df)
+    values = (rows.select(_ROW, pl.col("action").alias("__adv_action"),
+                          pl.col("action_values").replace("", None).str.json_decode(MC_VALUES)
+                          .alias("__adv_mc"))
+              .explode("__adv_mc").unnest("__adv_mc")
+              .filter(pl.col("value").is_not_null()))
+    v = values.group_by(_ROW).agg(pl.col("value").mean().alias(_BASE))
+    q = (values.filter(pl.col("action") == pl.col("__adv_action"))
+         .group_by(_ROW).agg(pl.col("value").first().alias(_VAL)))
+    joined = rows.join(v, on=_ROW, how="left").join(q, on=_ROW, how="left")
+    taken = pl.when(pl.col("valid") & pl.col(_VAL).is_not_null()).then(pl.col(_VAL)) \
+        .otherwise(pl.col("reward").cast(pl.Float64))
+    adv = pl.when(pl.col(_BASE).is_not_null()).then(taken - pl.col(_BASE)).otherwise(0.0)
+    return _restore(joined, adv)

@@ -166,6 +166,9 @@ class Config(_Section):
         if self.rollout.int8 and self.engine.backend != "hf":
             raise ValueError("rollout.int8 is the in-process engine's (engine.backend: hf); "
                              "vLLM quantizes with its own options")
+        if a.estimator == "monte_carlo" and not self.rollout.mc_rollouts:
+            raise ValueError("algorithm.estimator monte_carlo trains on the Monte-Carlo values "
+                             "of each turn's state: set rollout.mc_rollouts (e.g. 16)")
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
                              "set batching.unit: trajectory (or use estimator rloo_env)")

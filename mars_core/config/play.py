@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from mars_core.config.base import _Section
-from mars_core.games.catalog import check_game, check_prompt
+from mars_core.games.catalog import MARS_GAMES, check_game, check_prompt
 from mars_core.games.opponents import check_opponents
 from mars_core.vocab import SELF
 
@@ -103,6 +103,12 @@ class RolloutConfig(PlayConfig):
     # feed the update's importance weight (algorithm.is_cap), which corrects the difference.
     # Evaluations always play the exact policy
     int8: bool = False
+    # Monte-Carlo action values (issue 45): at each policy turn of a training game, every legal
+    # action is played out this many times from a clone of the state, every seat then moving
+    # at random; the mean final return of the seat to move is the action's value, kept in the
+    # turn's `action_values` (algorithm.estimator: monte_carlo trains on them). 0: off.
+    # OpenSpiel games only; milliseconds a turn (Tic-Tac-Toe, 16: docs/lab.md)
+    mc_rollouts: int = Field(0, ge=0, le=4096)
 
     @property
     def policy_lag(self) -> int:
@@ -129,6 +135,10 @@ class RolloutConfig(PlayConfig):
             if game not in self.games:
                 raise ValueError(f"rollout.opponents names {game}, which is not in rollout.games")
             check_opponents(game, opponents)
+        cloneless = [g for g in self.games if g not in MARS_GAMES]
+        if self.mc_rollouts and cloneless:
+            raise ValueError(f"rollout.mc_rollouts: Monte-Carlo values need OpenSpiel games "
+                             f"(cloned states); {', '.join(cloneless)} is not one")
         if not self.game_weights and self.episodes_per_iteration % len(self.games):
             raise ValueError(f"rollout.episodes_per_iteration ({self.episodes_per_iteration}) "
                              f"must be a multiple of the number of games ({len(self.games)}), "

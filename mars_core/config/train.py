@@ -34,7 +34,8 @@ class AlgorithmConfig(_Section):
     """Advantage estimator and PPO loss (SPEC sections 3 and 4)."""
 
     # mars (paper) | mars_code (the published code's five steps) | grpo_trajectory ("w/o
-    # turn-level") | mars_shared ("w/o agent-specific") | rae (SPIRAL) | rloo_env (In2AI)
+    # turn-level") | mars_shared ("w/o agent-specific") | rae (SPIRAL) | rloo_env (In2AI) |
+    # monte_carlo (each turn against the other moves of its state: rollout.mc_rollouts)
     estimator: str = "mars"
     # the baseline's grouping columns; null: the estimator's own ((game, role); rloo_env (game))
     group_keys: tuple[str, ...] | None = None

@@ -23,6 +23,7 @@ from mars_core.games.bots import make_bot
 from mars_core.games.opponents import is_bot
 from mars_core.games.registry import make_game
 from mars_core.types import Completion, Episode, SamplingParams, Turn
+from mars_core.rollout import mc_values
 from mars_core.rollout.validator import validate
 from mars_core.vocab import FinishReason, Outcome
 
@@ -162,6 +163,7 @@ def _record(g: _Live, t: dict, reply: str, verdict: gb.Parsed, completion: Compl
         "reply": reply, "finish_reason": completion.finish_reason if completion else "",
         "action": action or "", "valid": not error, "error": error,
         "error_detail": verdict.detail, "game_reward": g.unclaimed[p],
+        "action_values": t.get("action_values", ""),
     }
     g.unclaimed[p] = 0.0
     g.last_turn_of[p] = len(g.turns)
@@ -244,12 +246,15 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] |
                   record_bot_prompts: bool = False, progress: bool = True,
                   stats: RolloutStats | None = None,
                   per_game: dict[str, SamplingParams] | None = None,
-                  stop: Callable[[], bool] | None = None) -> list[Episode]:
+                  stop: Callable[[], bool] | None = None,
+                  mc_rollouts: int = 0) -> list[Episode]:
     """Play every spec to the end, concurrently; returns the episodes in spec order.
     `engine` serves every model seat, or is a dict agent name -> engine (the policy and frozen
     opponents: one batched call per model and sampling setting). `per_game` replaces
     `sampling` for the games it names. `stop()`, asked before each round of engine calls,
-    ends the play with PlayStopped (games played in a thread whose flow is failing)."""
+    ends the play with PlayStopped (games played in a thread whose flow is failing). With
+    `mc_rollouts`, every model turn records the Monte-Carlo value of each legal action
+    (`mars_core.rollout.mc_values`, seeded by the turn) in `action_values`."""
     engines = engine if isinstance(engine, dict) else None
     live = [_start(s, prompts.style if prompts is not None else "paper") for s in specs]
     done: dict[int, Episode] = {}
@@ -285,6 +290,9 @@ def play_episodes(specs: list[EpisodeSpec], engine: Engine | dict[str, Engine] |
             for i, c in zip(idx, got):
                 completions[i] = c
         for (g, t), c, p in zip(pending, completions, params):
+            if mc_rollouts:
+                t["action_values"] = mc_values.encode(mc_values.action_values(
+                    g.adapter, g.state, mc_rollouts, turn_seed(p.seed, g)))
             reply = prompts.prefill + c.text
             verdict = validate(g.adapter, g.state, reply, c.finish_reason, p.max_new_tokens)
             _record(g, t, reply, verdict, c, prompts, p)

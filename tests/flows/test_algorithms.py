@@ -35,7 +35,8 @@ def _tiny(model, *extra) -> list[str]:
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_api, tiny_model_dir):
-    extra = ["batching.unit=turn"] if estimator == "rloo_env" else []
+    extra = {"rloo_env": ["batching.unit=turn"],
+             "monte_carlo": ["rollout.mc_rollouts=4"]}.get(estimator, [])
     rc = main(["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", estimator,
                *_tiny(tiny_model_dir, f"algorithm.estimator={estimator}", "evaluation.every=0",
                       *extra)])
@@ -45,6 +46,9 @@ def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_
         check_iteration(run, k, episodes_per_iteration=4)
         samples = pl.read_parquet(stage_dir(run, k, COMPUTE_ADVANTAGES) / SAMPLES_FILE)
         assert len(samples) and samples["advantage"].is_finite().all()
+        if estimator == "monte_carlo":  # the values reached the batch from the games
+            batch = pl.read_parquet(stage_dir(run, k, BUILD_BATCH) / BATCH_FILE)
+            assert (batch["action_values"] != "").all()
         assert (checkpoint_dir(run, k) / "estimator_state.json").is_file()
     state = json.loads((checkpoint_dir(run, 1) / "estimator_state.json").read_text())
     assert bool(state.get("rae")) == (estimator == "rae")

@@ -1,6 +1,8 @@
 """Batches the estimator tests share: small hand-checked tables and seeded random turns."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 
@@ -55,7 +57,28 @@ def random_turns(seed: int, n_episodes: int = 12, ties: bool = False) -> pl.Data
             reward = float(rng.integers(-1, 2)) if ties else float(np.round(rng.normal(), 3))
             rows.append((f"ep{e}", game, role, t, reward))
     rows = [rows[i] for i in rng.permutation(len(rows))]
-    return frame(rows).with_columns(pl.Series("note", [f"row{i}" for i in range(len(rows))]))
+    return frame(rows).with_columns(pl.Series("note", [f"row{i}" for i in range(len(rows))]),
+                                    *_mc_columns(seed, len(rows), ties))
+
+
+def _mc_columns(seed: int, n: int, ties: bool) -> list[pl.Series]:
+    """The columns `monte_carlo` reads, from their own random stream (the other columns stay as
+    they were): an action, whether it was valid, and the Monte-Carlo values of 1-4 actions
+    (none on some turns; on some invalid ones the action is not among them)."""
+    rng = np.random.default_rng(seed + 10_000)
+    actions, valid, values = [], [], []
+    for _ in range(n):
+        k = int(rng.integers(0, 5))
+        measured = {f"<a{j}>": float(rng.integers(-1, 2)) if ties else float(np.round(rng.normal(), 3))
+                    for j in range(k)}
+        ok = bool(rng.random() < 0.8)
+        action = f"<a{int(rng.integers(0, max(k, 1)))}>" if ok else ""
+        actions.append(action)
+        valid.append(ok)
+        values.append(json.dumps([{"action": a, "value": v} for a, v in measured.items()])
+                      if measured else "")
+    return [pl.Series("action", actions), pl.Series("valid", valid),
+            pl.Series("action_values", values)]
 
 
 # ------------------------------------------------------------------------------ MARS

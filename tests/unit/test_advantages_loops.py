@@ -146,7 +146,7 @@ WITH_GROUP_KEYS = ["mars", "mars_code", "grpo_trajectory", "rae", "rloo_env"]
 
 
 def test_registry_names():
-    assert list(ESTIMATORS) == NAMES
+    assert list(ESTIMATORS) == [*NAMES, "monte_carlo"]  # its own tests: tests/unit/test_mc_values.py
     df = tic_tac_toe()
     assert compute_advantages(df, "mars").equals(mars_turn_level(df))
     assert compute_advantages(df, "grpo_trajectory", group_keys=("game",)).equals(
@@ -173,7 +173,8 @@ def test_unknown_estimator_name():
     with pytest.raises(ValueError) as err:
         compute_advantages(tic_tac_toe(), "grpo")
     assert str(err.value) == ("unknown advantage estimator 'grpo'; choose one of: "
-                              "mars, mars_code, grpo_trajectory, mars_shared, rae, rloo_env")
+                              "mars, mars_code, grpo_trajectory, mars_shared, rae, rloo_env, "
+                              "monte_carlo")
 
 
 def test_unknown_option_is_named():

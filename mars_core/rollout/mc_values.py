@@ -7,11 +7,13 @@ cheaply, so at each policy turn of a training game every legal action is played 
 chance drawn from the rollout's own seed; an action's value is the mean final return of the
 seat to move (VinePPO's values from the state, with a uniform continuation in place of the
 policy: no engine call, milliseconds a turn). The live game and its random source are never
-touched, so a game plays the same with or without them.
+touched, so a game plays the same with or without them. Where cards are hidden the playouts
+start from the true state; averaged over the deals a seat cannot tell apart, they are the
+values of its information state (Kuhn Poker's exact ones: tests/unit/test_mc_values.py).
 
 They measure the move, not the policy: in Tic-Tac-Toe, 16 rollouts an action make the move of
-highest value minimax-optimal in 92% of the 3,191 reachable positions where some move is not
-(a random move: 41%; docs/lab.md). `algorithm.estimator: monte_carlo` trains on them.
+highest value minimax-optimal in 92% of the positions where some move is not (a random move:
+40%; bench/mc_values.py). `algorithm.estimator: monte_carlo` trains on them.
 """
 from __future__ import annotations
 

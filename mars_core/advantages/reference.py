@@ -182,8 +182,8 @@ def rloo_env_reference(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) 
 
 
 def monte_carlo_reference(df: pl.DataFrame) -> list[float]:
-    """Loop version of `monte_carlo`: the played action's value (or the reward, where the turn
-    played none that was measured) minus the mean value of its state; 0 without values."""
+    """Loop version of `monte_carlo`: the played action's value (or the game reward, where the
+    turn played none that was measured) minus the mean value of its state; 0 without values."""
     rows, _ = _rows(df, ("game",))
     check_mc_columns(df)
     out = []
@@ -193,6 +193,6 @@ def monte_carlo_reference(df: pl.DataFrame) -> list[float]:
             out.append(0.0)
             continue
         q = values[row["action"]] if row["valid"] and row["action"] in values \
-            else float(row["reward"])
+            else float(row["game_reward"])
         out.append(q - sum(values.values()) / len(values))
     return out

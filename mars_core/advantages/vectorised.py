@@ -330,7 +330,7 @@ def rloo_env(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) -> pl.Data
 
 # a turn's `action_values` (mars_core.rollout.mc_values.encode): each legal action's value
 MC_VALUES = pl.List(pl.Struct({"action": pl.Utf8, "value": pl.Float64}))
-MC_COLUMNS = ("action", "valid", "reward", "action_values")
+MC_COLUMNS = ("action", "valid", "game_reward", "action_values")
 
 
 def check_mc_columns(df: pl.DataFrame) -> None:
@@ -346,9 +346,12 @@ def monte_carlo(df: pl.DataFrame) -> pl.DataFrame:
     """Per-turn advantages from the Monte-Carlo values of the turn's own state
     (`rollout.mc_rollouts`): `A = Q(s, a) - V(s)`, where Q(s, a) is the measured value of the
     action the turn played and V(s) the mean of its state's values (a uniform move's value).
-    A turn that played no measured action (an invalid reply) is valued by its reward instead
-    of Q; a turn without values (none measured) gets 0. No baseline group: each turn is
-    compared with the other moves of its own state.
+    A turn that played no measured action (an invalid reply) is valued by its `game_reward`,
+    the forfeit it cost, instead of Q: in the values' units, a lost game, not MARS's -10
+    format penalty on top (twelve lost games' weight on the whole reply, format tokens
+    included, unlearnt the format in a Tic-Tac-Toe run: docs/lab.md). A turn without values
+    (none measured) gets 0. No baseline group: each turn is compared with the other moves of
+    its own state.
 
     Shapes: df [N rows] -> df [N rows] + `advantage` (Float64). Source: VinePPO's Monte-Carlo
     values from states, with a uniform continuation (mars_core.rollout.mc_values)."""
@@ -365,6 +368,6 @@ def monte_carlo(df: pl.DataFrame) -> pl.DataFrame:
          .group_by(_ROW).agg(pl.col("value").first().alias(_VAL)))
     joined = rows.join(v, on=_ROW, how="left").join(q, on=_ROW, how="left")
     taken = pl.when(pl.col("valid") & pl.col(_VAL).is_not_null()).then(pl.col(_VAL)) \
-        .otherwise(pl.col("reward").cast(pl.Float64))
+        .otherwise(pl.col("game_reward").cast(pl.Float64))
     adv = pl.when(pl.col(_BASE).is_not_null()).then(taken - pl.col(_BASE)).otherwise(0.0)
     return _restore(joined, adv)

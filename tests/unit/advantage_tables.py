@@ -63,10 +63,10 @@ def random_turns(seed: int, n_episodes: int = 12, ties: bool = False) -> pl.Data
 
 def _mc_columns(seed: int, n: int, ties: bool) -> list[pl.Series]:
     """The columns `monte_carlo` reads, from their own random stream (the other columns stay as
-    they were): an action, whether it was valid, and the Monte-Carlo values of 1-4 actions
-    (none on some turns; on some invalid ones the action is not among them)."""
+    they were): an action, whether it was valid, its game reward, and the Monte-Carlo values of
+    0-4 actions (none on some turns; an invalid turn's action is not among them)."""
     rng = np.random.default_rng(seed + 10_000)
-    actions, valid, values = [], [], []
+    actions, valid, values, game = [], [], [], []
     for _ in range(n):
         k = int(rng.integers(0, 5))
         measured = {f"<a{j}>": float(rng.integers(-1, 2)) if ties else float(np.round(rng.normal(), 3))
@@ -75,10 +75,11 @@ def _mc_columns(seed: int, n: int, ties: bool) -> list[pl.Series]:
         action = f"<a{int(rng.integers(0, max(k, 1)))}>" if ok else ""
         actions.append(action)
         valid.append(ok)
+        game.append(float(rng.integers(-1, 2)))
         values.append(json.dumps([{"action": a, "value": v} for a, v in measured.items()])
                       if measured else "")
     return [pl.Series("action", actions), pl.Series("valid", valid),
-            pl.Series("action_values", values)]
+            pl.Series("game_reward", game), pl.Series("action_values", values)]
 
 
 # ------------------------------------------------------------------------------ MARS

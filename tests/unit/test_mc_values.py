@@ -116,19 +116,21 @@ def test_play_records_values_on_model_turns_and_plays_the_same(game, reply, toke
 
 
 def _batch(rows: list[tuple]) -> pl.DataFrame:
-    """(action, valid, reward, values) rows of one game's turns."""
+    """(action, valid, game reward, values) rows of one game's turns (reward: MARS's, with its
+    format part: +0.05 valid, -10 invalid)."""
     return pl.DataFrame({
         "episode_id": [f"e{i}" for i in range(len(rows))], "game": ["tic_tac_toe"] * len(rows),
         "player": [0] * len(rows), "role": ["player_0"] * len(rows),
         "turn": [0] * len(rows), "action": [r[0] for r in rows], "valid": [r[1] for r in rows],
-        "reward": [r[2] for r in rows],
+        "game_reward": [r[2] for r in rows],
+        "reward": [r[2] + (0.05 if r[1] else -10.0) for r in rows],
         "action_values": [mc_values.encode(r[3]) if r[3] else "" for r in rows]})
 
 
 def test_the_estimator_is_the_played_moves_value_against_its_states_mean():
-    df = _batch([("<a>", True, 0.05, {"<a>": 1.0, "<b>": 0.0, "<c>": -0.4}),  # 1 - 0.2
-                 ("<b>", True, 0.05, {"<a>": 1.0, "<b>": 0.0, "<c>": -0.4}),  # 0 - 0.2
-                 ("", False, -1.0, {"<a>": 0.5, "<b>": 0.5}),  # invalid: reward - 0.5
+    df = _batch([("<a>", True, 0.0, {"<a>": 1.0, "<b>": 0.0, "<c>": -0.4}),  # 1 - 0.2
+                 ("<b>", True, 0.0, {"<a>": 1.0, "<b>": 0.0, "<c>": -0.4}),  # 0 - 0.2
+                 ("", False, -1.0, {"<a>": 0.5, "<b>": 0.5}),  # invalid: its forfeit - 0.5
                  ("<a>", True, 1.0, None)])  # nothing measured: no signal
     out = compute_advantages(df, "monte_carlo")
     assert out["advantage"].to_list() == pytest.approx([0.8, -0.2, -1.5, 0.0])

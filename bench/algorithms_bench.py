@@ -9,6 +9,7 @@ from __future__ import annotations
 import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -24,16 +25,25 @@ def twins() -> dict:
 
 
 def turns(n: int, seed: int = 0) -> pl.DataFrame:
-    """n turns: 3 games, 2 roles, episodes of 4-12 turns alternating roles, random rewards."""
+    """n turns: 3 games, 2 roles, episodes of 4-12 turns alternating roles, random rewards; for
+    `monte_carlo`, each turn's move among 3 with random values (1 in 10 invalid)."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(4, 13, size=n // 4)
     ep = np.repeat(np.arange(len(lengths)), lengths)[:n]
     turn = np.concatenate([np.arange(k) for k in lengths])[:n]
     games = np.array(["tic_tac_toe", "kuhn_poker", "colonel_blotto"])[ep % 3]
+    valid = rng.random(len(ep)) > 0.1
+    move = rng.integers(0, 3, size=len(ep))
+    values = np.round(rng.normal(size=(len(ep), 3)), 3)
     return pl.DataFrame({"episode_id": [f"e{e}" for e in ep], "game": games,
                          "player": turn % 2, "role": [f"player_{t % 2}" for t in turn],
                          "turn": turn,
-                         "reward": np.round(rng.normal(size=len(ep)), 3)})
+                         "reward": np.round(rng.normal(size=len(ep)), 3),
+                         "action": [f"<m{m}>" if ok else "" for m, ok in zip(move, valid)],
+                         "valid": valid, "game_reward": np.where(valid, 0.0, -1.0),
+                         "action_values": [json.dumps([{"action": f"<m{j}>", "value": float(v)}
+                                                       for j, v in enumerate(row)])
+                                           for row in values]})
 
 
 def _time(fn, repeat: int = 3) -> float:

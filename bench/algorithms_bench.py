@@ -9,11 +9,12 @@ from __future__ import annotations
 import mars_core.run.threads  # noqa: F401  (first: the thread settings, before torch loads)
 
 import argparse
-import json
 import time
 
 import numpy as np
 import polars as pl
+
+from mars_core.types import encode_action_values
 
 from mars_core.advantages import estimators as adv
 from mars_core.batching.builder import build_batch
@@ -41,8 +42,8 @@ def turns(n: int, seed: int = 0) -> pl.DataFrame:
                          "reward": np.round(rng.normal(size=len(ep)), 3),
                          "action": [f"<m{m}>" if ok else "" for m, ok in zip(move, valid)],
                          "valid": valid, "game_reward": np.where(valid, 0.0, -1.0),
-                         "action_values": [json.dumps([{"action": f"<m{j}>", "value": float(v)}
-                                                       for j, v in enumerate(row)])
+                         "action_values": [encode_action_values({f"<m{j}>": float(v)
+                                                                  for j, v in enumerate(row)})
                                            for row in values]})
 
 

@@ -6,6 +6,7 @@ field (never parsed out of an id). Episodes are stored as Parquet with polars, o
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -121,6 +122,23 @@ class Episode:
 # samples.parquet (compute_advantages): True on a row added for an action its turn did not take
 # (algorithm.train_actions, mars_core.advantages.all_actions); such rows are not the turn's own
 COUNTERFACTUAL = "counterfactual"
+
+# a turn's `action_values` column (rollout.mc_rollouts, mars_core.rollout.mc_values): each
+# legal action's Monte-Carlo value as a JSON list of {"action", "value"} objects, in the order
+# measured (one shape for every game, which polars decodes as `ACTION_VALUES_DTYPE`); "" where
+# none were measured
+ACTION_VALUES_DTYPE = pl.List(pl.Struct({"action": pl.Utf8, "value": pl.Float64}))
+
+
+def encode_action_values(values: dict[str, float]) -> str:
+    """A turn's `action_values` column from {action: value}."""
+    return json.dumps([{"action": a, "value": v} for a, v in values.items()])
+
+
+def decode_action_values(text: str | None) -> dict[str, float]:
+    """{action: value} from a turn's `action_values` column ({} where none were measured)."""
+    return {d["action"]: d["value"] for d in json.loads(text)} if text else {}
+
 
 TURN_SCHEMA = {
     "episode_id": pl.Utf8, "game": pl.Utf8, "turn": pl.Int64, "player": pl.Int64,

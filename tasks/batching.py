@@ -22,7 +22,7 @@ from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composit
                                        with_turn_ids)
 from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, GREEDY_MEMORY, with_all_actions,
-                                              with_greedy_actions)
+                                              with_best_valued, with_greedy_actions)
 from mars_core.advantages.estimators import estimator
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
@@ -100,6 +100,8 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     metrics: dict[str, float] = est.state_metrics(new)
     if a.train_actions == "all":
         with_adv = with_all_actions(with_adv)
+    elif a.train_actions == "best_valued":
+        with_adv = with_best_valued(with_adv)
     elif a.train_actions == "greedy":
         with_adv, memory = with_greedy_actions(with_adv, state.get(GREEDY_MEMORY),
                                                a.action_memory)

@@ -25,6 +25,15 @@ measured; with `memory` > 0 the values of a state's actions are remembered from 
 (a running mean over the last `memory` measurements, saved with the checkpoint), so a state the
 policy plays wrong keeps its label after the policy stopped exploring it.
 
+`best_valued` takes its labels from the Monte-Carlo values of each turn's own state
+(`rollout.mc_rollouts`) instead of from other visits: every turn trains its state's move of
+highest value, with advantage Q(s, best) - V(s) (the turn's `monte_carlo` advantage had it
+played that move; a state whose moves are alike trains nothing). It needs no recurring states,
+so it serves games like Tic-Tac-Toe where later positions rarely repeat in a batch; the reply
+trained for a move the turn did not sample is the batch's most sampled valid completion of that
+move by the same game and role, in any state (a reply that names a move names it whatever the
+position), with unknown behaviour log-probs (importance weight 1).
+
 Pure, like the estimators: polars in, polars out; the trainer never knows a row was added.
 """
 from __future__ import annotations
@@ -34,6 +43,7 @@ import json
 
 import polars as pl
 
+from mars_core.types import ACTION_VALUES_DTYPE, decode_action_values
 from mars_core.types import COUNTERFACTUAL  # marks an added row (False on the batch's own)
 
 STATE_KEYS = ("game", "role")  # with the prompt tokens: one state as the policy sees it
@@ -194,3 +204,102 @@ def with_all_actions_reference(df: pl.DataFrame) -> pl.DataFrame:
             out.append({**r, **{c: src[c] for c in TAKEN}, COUNTERFACTUAL: True,
                         "advantage": sum(sums[(s, action)]) / len(sums[(s, action)])})
     return pl.DataFrame(out, schema={**df.schema, COUNTERFACTUAL: pl.Boolean})
+
+
+def _best_move(values: dict[str, float], played: str) -> tuple[str, float] | None:
+    """(a state's best-valued move, its value minus the state's mean), or None without values.
+    Ties at the top (after rounding) go to the move the turn played, else to the first
+    measured: any best move is as good as another."""
+    if not values:
+        return None
+    top = max(round(v, DECIMALS) for v in values.values())
+    best = [a for a, v in values.items() if round(v, DECIMALS) == top]
+    move = played if played in best else best[0]
+    return move, values[move] - sum(values.values()) / len(values)
+
+
+def _label_completions(df: pl.DataFrame) -> dict[tuple, list[int]]:
+    """(game, role, action) -> the completion most sampled for it by the batch's valid turns
+    (ties: the first in row order)."""
+    seen: dict[tuple, dict[tuple, list[int]]] = {}
+    for i, r in enumerate(df.iter_rows(named=True)):
+        if r["valid"] and r["action"] and r["completion_ids"]:
+            seen.setdefault((r["game"], r["role"], r["action"]), {}).setdefault(
+                tuple(r["completion_ids"]), []).append(i)
+    return {k: list(min(comps.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))[0])
+            for k, comps in seen.items()}
+
+
+def with_best_valued(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with a `counterfactual` column and, where a turn's state has Monte-Carlo values and
+    the batch has a reply for its best-valued move, that move trained with advantage
+    Q(s, best) - V(s): a valid turn that played it gets that advantage, a valid turn that played
+    another move 0, and a turn that did not play it an added row of it (the batch's most sampled
+    completion of that move by the same game and role, behaviour log-probs unknown, the turn's
+    temperature); an invalid turn keeps its own advantage. Other turns are unchanged."""
+    _checked(df, "best_valued", ("action_values", "logprobs", "temperature", "reply"))
+    own = df.with_columns(pl.lit(False).alias(COUNTERFACTUAL))
+    if df.is_empty():
+        return own
+    keyed = own.with_row_index(_ROW)
+    measured = (keyed.select(_ROW, pl.col("action").alias("__bv_played"),
+                             pl.col("action_values").replace("", None)
+                             .str.json_decode(ACTION_VALUES_DTYPE).alias("__bv"))
+                .explode("__bv").unnest("__bv").filter(pl.col("value").is_not_null())
+                .with_row_index("__bv_order"))
+    top = (measured.with_columns(pl.col("value").round(DECIMALS).alias("__bv_r"),
+                                 pl.col("value").mean().over(_ROW).alias("__bv_mean"))
+           .with_columns((pl.col("__bv_r") == pl.col("__bv_r").max().over(_ROW)).alias("__bv_top")))
+    best = (top.filter(pl.col("__bv_top"))
+            .sort(_ROW, pl.col("action") != pl.col("__bv_played"), "__bv_order")
+            .unique(_ROW, keep="first", maintain_order=True)
+            .select(_ROW, pl.col("action").alias("__bv_action"),
+                    (pl.col("value") - pl.col("__bv_mean")).alias("__bv_gap")))
+    taken = keyed.filter(pl.col("valid") & (pl.col("action") != "")
+                         & (pl.col("completion_ids").list.len() > 0))
+    replies = (taken.with_columns(_token_key("completion_ids").alias(_COMP))
+               .group_by("game", "role", "action", _COMP)
+               .agg(pl.len().alias("__bv_n"), pl.col(_ROW).min().alias("__bv_first"))
+               .sort(["__bv_n", "__bv_first"], descending=[True, False])
+               .unique(["game", "role", "action"], keep="first", maintain_order=True)
+               .join(keyed.select(_ROW, pl.col("completion_ids").alias("__bv_completion")),
+                     left_on="__bv_first", right_on=_ROW)
+               .select("game", "role", pl.col("action").alias("__bv_action"), "__bv_completion"))
+    joined = (keyed.join(best, on=_ROW, how="left")
+              .join(replies, on=["game", "role", "__bv_action"], how="left")
+              .sort(_ROW))
+    played = pl.col("valid") & (pl.col("action") == pl.col("__bv_action"))
+    labelled = pl.col("__bv_action").is_not_null() & (played | pl.col("__bv_completion").is_not_null())
+    own_adv = (pl.when(labelled & played).then(pl.col("__bv_gap"))
+               .when(labelled & pl.col("valid")).then(0.0)
+               .otherwise(pl.col("advantage")))
+    own = joined.with_columns(own_adv.alias("advantage")).select(own.columns)
+    added = (joined.filter(labelled & ~played)
+             .with_columns(pl.col("__bv_completion").alias("completion_ids"),
+                           pl.lit([], dtype=df.schema["logprobs"]).alias("logprobs"),
+                           pl.lit("").alias("reply"), pl.col("__bv_action").alias("action"),
+                           pl.col("__bv_gap").alias("advantage"),
+                           pl.lit(True).alias(COUNTERFACTUAL))
+             .select(own.columns))
+    return pl.concat([own, added], how="vertical")
+
+
+def with_best_valued_reference(df: pl.DataFrame) -> pl.DataFrame:
+    """The plain-loop twin of `with_best_valued` (the tests hold it to this)."""
+    _checked(df, "best_valued", ("action_values", "logprobs", "temperature", "reply"))
+    replies = _label_completions(df)
+    out, added = [], []
+    for r in df.iter_rows(named=True):
+        row = {**r, COUNTERFACTUAL: False}
+        found = _best_move(decode_action_values(r["action_values"]), r["action"])
+        played = found is not None and r["valid"] and r["action"] == found[0]
+        reply = replies.get((r["game"], r["role"], found[0])) if found else None
+        if found is not None and (played or reply is not None):
+            move, gap = found
+            if r["valid"]:
+                row["advantage"] = gap if played else 0.0
+            if not played:
+                added.append({**r, "completion_ids": reply, "logprobs": [], "reply": "",
+                              "action": move, "advantage": gap, COUNTERFACTUAL: True})
+        out.append(row)
+    return pl.DataFrame(out + added, schema={**df.schema, COUNTERFACTUAL: pl.Boolean})

@@ -4,7 +4,6 @@ advantages as a list in row order (`rae_update_reference` returns the new state 
 by the pipeline."""
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -13,6 +12,7 @@ import polars as pl
 
 from mars_core.advantages.vectorised import (DISTINCT_DECIMALS, _check_columns, check_mc_columns,
                                              rae_key)
+from mars_core.types import decode_action_values
 
 
 def _rows(df: pl.DataFrame, group_keys: Sequence[str]) -> tuple[list[dict], list[str]]:
@@ -188,7 +188,7 @@ def monte_carlo_reference(df: pl.DataFrame) -> list[float]:
     check_mc_columns(df)
     out = []
     for row in rows:
-        values = {d["action"]: d["value"] for d in json.loads(row["action_values"] or "[]")}
+        values = decode_action_values(row["action_values"])
         if not values:
             out.append(0.0)
             continue

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from mars_core.types import ACTION_VALUES_DTYPE
+
 TRAJECTORY_KEYS = ("episode_id", "player")  # one seat of one episode
 REQUIRED_COLUMNS = ("episode_id", "game", "player", "role", "turn", "reward")
 # mars_code step (d): values are compared after rounding to this many decimals, so float noise
@@ -328,8 +330,6 @@ def rloo_env(df: pl.DataFrame, group_keys: Sequence[str] = ("game",)) -> pl.Data
 # ---------------------------------------------------------------------------------------------
 # Monte-Carlo action values (issue 45)
 
-# a turn's `action_values` (mars_core.rollout.mc_values.encode): each legal action's value
-MC_VALUES = pl.List(pl.Struct({"action": pl.Utf8, "value": pl.Float64}))
 MC_COLUMNS = ("action", "valid", "game_reward", "action_values")
 
 
@@ -359,7 +359,7 @@ def monte_carlo(df: pl.DataFrame) -> pl.DataFrame:
     check_mc_columns(df)
     rows = _sorted_by_trajectory(df)
     values = (rows.select(_ROW, pl.col("action").alias("__adv_action"),
-                          pl.col("action_values").replace("", None).str.json_decode(MC_VALUES)
+                          pl.col("action_values").replace("", None).str.json_decode(ACTION_VALUES_DTYPE)
                           .alias("__adv_mc"))
               .explode("__adv_mc").unnest("__adv_mc")
               .filter(pl.col("value").is_not_null()))

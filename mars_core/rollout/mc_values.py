@@ -17,11 +17,13 @@ highest value minimax-optimal in 92% of the positions where some move is not (a 
 """
 from __future__ import annotations
 
-import json
 import random
 
 from mars_core.games.base import GameAdapter
 from mars_core.games.openspiel_games import OpenSpielGame, _Seeded
+# the column's shape lives beside it (mars_core.types); re-exported here for the play loop
+from mars_core.types import decode_action_values as decode  # noqa: F401
+from mars_core.types import encode_action_values as encode  # noqa: F401
 
 
 def action_values(adapter: GameAdapter, state, rollouts: int, seed: int) -> dict[str, float]:
@@ -46,14 +48,3 @@ def action_values(adapter: GameAdapter, state, rollouts: int, seed: int) -> dict
             total += s.s.returns()[me]
         out[action] = total / rollouts
     return out
-
-
-def encode(values: dict[str, float]) -> str:
-    """A turn's `action_values` column: a JSON list of {"action", "value"} objects, in the
-    order measured (one shape for every game, which polars decodes as one type)."""
-    return json.dumps([{"action": a, "value": v} for a, v in values.items()])
-
-
-def decode(text: str | None) -> dict[str, float]:
-    """The values of a turn's `action_values` column ({} where none were measured)."""
-    return {d["action"]: d["value"] for d in json.loads(text)} if text else {}

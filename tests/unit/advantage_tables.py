@@ -1,10 +1,11 @@
 """Batches the estimator tests share: small hand-checked tables and seeded random turns."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import polars as pl
+
+from mars_core.types import encode_action_values
 
 COLUMNS = ["episode_id", "game", "player", "role", "turn", "reward"]
 EPS = 1e-6
@@ -76,8 +77,7 @@ def _mc_columns(seed: int, n: int, ties: bool) -> list[pl.Series]:
         actions.append(action)
         valid.append(ok)
         game.append(float(rng.integers(-1, 2)))
-        values.append(json.dumps([{"action": a, "value": v} for a, v in measured.items()])
-                      if measured else "")
+        values.append(encode_action_values(measured) if measured else "")
     return [pl.Series("action", actions), pl.Series("valid", valid),
             pl.Series("game_reward", game), pl.Series("action_values", values)]
 

@@ -1,7 +1,7 @@
 """Which actions a visit trains (algorithm.train_actions): `all` adds counterfactual rows for
 every other valid action seen in a turn's state, `greedy` trains only the state's best measured
-action; both held to a plain-loop twin, and their push on Kuhn Poker against the exact action
-values."""
+action, `best_valued` its state's move of highest Monte-Carlo value; held to plain-loop twins,
+and their push on Kuhn Poker against the exact action values."""
 from __future__ import annotations
 
 import random
@@ -10,10 +10,11 @@ import polars as pl
 import pytest
 
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, with_all_actions,
-                                              with_all_actions_reference, with_greedy_actions)
+                                              with_all_actions_reference, with_best_valued,
+                                              with_best_valued_reference, with_greedy_actions)
 from mars_core.advantages.estimators import compute_advantages
 from mars_core.lab import kuhn
-from mars_core.types import TURN_SCHEMA
+from mars_core.types import TURN_SCHEMA, encode_action_values
 
 REPLY = {"<BET>": [7, 8], "<PASS>": [7, 9], "": [5]}
 
@@ -215,3 +216,98 @@ def test_dynamic_sampling_drops_exactly_the_turns_without_signal():
     kept, dropped = without_zero_advantage(df)
     # float dust left by a mean subtracted from equal rewards is no signal; 1e-3 is
     assert kept["turn_id"].to_list() == ["c", "d"] and dropped == 4
+
+
+def _valued(i, action, values, *, valid=True, role="player_0", adv=0.5):
+    """A Tic-Tac-Toe-like turn with Monte-Carlo values of its state's moves."""
+    row = _turn(i, [i % 3], action, adv, valid=valid, role=role,
+                completion=REPLY.get(action, [7, 10]))
+    return {**row, "action_values": encode_action_values(values) if values else ""}
+
+
+def test_best_valued_trains_each_turns_best_move_by_its_values_gap():
+    rows = [_valued(0, "<PASS>", {"<BET>": 1.0, "<PASS>": 0.5, "<FOLD>": 0.0}),  # best BET: +0.5
+            _valued(1, "<BET>", {"<BET>": 0.2, "<PASS>": 0.2}),  # a tie it played: gap 0
+            _valued(2, "<PASS>", {}),  # nothing measured: unchanged
+            _valued(3, "", {"<BET>": 1.0, "<PASS>": -1.0}, valid=False, adv=-1.0),
+            _valued(4, "<PASS>", {"<FOLD>": 1.0, "<PASS>": 0.0}, role="player_1"),  # no reply
+            _valued(5, "<BET>", {"<PASS>": 0.0, "<BET>": -0.5})]  # best PASS: +0.25
+    df = _frame(rows)
+    out = with_best_valued(df)
+    own, added = out.filter(~pl.col(COUNTERFACTUAL)), out.filter(pl.col(COUNTERFACTUAL))
+    # a valid turn that played another move: 0; the invalid one keeps its own; no label: kept
+    assert own["advantage"].to_list() == pytest.approx([0.0, 0.0, 0.5, -1.0, 0.5, 0.0])
+    assert own.drop("advantage", COUNTERFACTUAL).equals(df.drop("advantage"))
+    got = [(r["turn_id"], r["action"], r["completion_ids"], r["logprobs"], r["reply"])
+           for r in added.iter_rows(named=True)]
+    # the reply trained is the batch's for that move in any state; its behaviour is unknown
+    assert got == [("t0", "<BET>", [7, 8], [], ""), ("t3", "<BET>", [7, 8], [], ""),
+                   ("t5", "<PASS>", [7, 9], [], "")]
+    assert added["advantage"].to_list() == pytest.approx([0.5, 1.0, 0.25])
+    assert with_best_valued_reference(df).equals(out)
+    with pytest.raises(ValueError, match="train_actions: best_valued needs the column "
+                                         "'action_values'"):
+        with_best_valued(df.drop("action_values"))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_valued_rows_equal_the_loop_twin(seed):
+    rng = random.Random(seed)
+    moves = ["<BET>", "<PASS>", "<FOLD>"]
+    rows = []
+    for i in range(rng.randint(1, 40)):
+        legal = rng.sample(moves, rng.randint(0, 3))
+        values = {m: rng.choice([-1.0, 0.0, 0.25, 1.0]) for m in legal}
+        valid = rng.random() > 0.15
+        rows.append(_valued(i, rng.choice(moves) if valid else "", values, valid=valid,
+                            role=rng.choice(["player_0", "player_1"]),
+                            adv=rng.choice([-1.0, 0.0, 0.5])))
+    df = _frame(rows)
+    got, want = with_best_valued(df), with_best_valued_reference(df)
+    assert got.drop("advantage").equals(want.drop("advantage"))
+    assert got["advantage"].to_list() == pytest.approx(want["advantage"].to_list())
+
+
+def test_best_valued_asks_for_the_values():
+    from mars_core.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="train_actions best_valued .* set rollout.mc_rollouts"):
+        load_config(None, ["algorithm.train_actions=best_valued"])
+    cfg = load_config(None, ["algorithm.train_actions=best_valued", "rollout.mc_rollouts=4"])
+    assert cfg.algorithm.train_actions == "best_valued"
+
+
+def test_the_stage_writes_best_valued_rows_the_trainer_reads_at_weight_one(tmp_path, monkeypatch):
+    """compute_advantages with train_actions: best_valued (after the monte_carlo estimator)
+    writes the labelled rows; the trainer loads an added row with no behaviour log-probs (its
+    importance weight is 1)."""
+    from mars_core.config import dump_config, load_config
+    from mars_core.run.layout import (BATCH_FILE, BUILD_BATCH, COMPUTE_ADVANTAGES, CONFIG_FILE,
+                                      SAMPLES_FILE, stage_dir)
+    from mars_core.training.trainer import load_samples
+    from tasks import batching, stage as stage_module
+    from tests.conftest import REPO
+    from tests.unit.test_stage import _offline_run_stage
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config(REPO / "configs" / "smoke.yaml",
+                      ["algorithm.estimator=monte_carlo", "rollout.mc_rollouts=4",
+                       "algorithm.train_actions=best_valued", "algorithm.drop_zero_advantage=true"])
+    (run / CONFIG_FILE).write_text(dump_config(cfg))
+    monkeypatch.setattr(stage_module, "run_stage", _offline_run_stage)
+    rows = [_valued(0, "<PASS>", {"<BET>": 1.0, "<PASS>": 0.0}),
+            _valued(1, "<BET>", {"<BET>": 0.5, "<PASS>": 0.5})]
+    rows = [{**r, "game_reward": 0.0} for r in rows]
+    folder = stage_dir(run, 0, BUILD_BATCH)
+    folder.mkdir(parents=True)
+    _frame(rows).drop("advantage").write_parquet(folder / BATCH_FILE)
+    metrics = batching.compute_advantages.fn(str(run), 0)
+    path = stage_dir(run, 0, COMPUTE_ADVANTAGES) / SAMPLES_FILE
+    samples = pl.read_parquet(path)
+    # the pass (advantage 0) and the tie (gap 0) are dropped; the bet trains in turn 0's state
+    assert metrics["batch/counterfactual_rows"] == 1.0 and metrics["batch/samples"] == 1.0
+    assert samples["completion_ids"].to_list() == [[7, 8]] and samples["prompt_ids"].to_list() == [[0]]
+    assert samples["advantage"].to_list() == pytest.approx([0.5])
+    (loaded,) = load_samples(path)
+    assert loaded.behaviour == () and loaded.completion_ids == (7, 8)

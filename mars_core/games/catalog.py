@@ -64,7 +64,8 @@ CATALOG: tuple[Game, ...] = (
     # the MindGames games' opponents are ours: the arena's reference agents are not public
     Game("colonel_blotto", "textarena", lambda: games.blotto.ColonelBlotto,
          ("bot:random", "bot:blotto-focus"), pipeline="blotto", suite="mindgames",
-         bots=(("bot:blotto-focus", lambda: games.blotto.FocusBot),), hidden_information=True),
+         bots=(("bot:blotto-focus", lambda: games.blotto.FocusBot),
+               ("bot:blotto-mix", lambda: games.blotto.MixBot)), hidden_information=True),
     Game("three_player_ipd", "textarena", lambda: games.ipd.ThreePlayerIPD,
          ("bot:tit-for-tat", "bot:always-defect"), pipeline="ipd", suite="mindgames",
          bots=(("bot:tit-for-tat", lambda: games.ipd.TitForTatBot),

@@ -90,3 +90,32 @@ def test_per_game_sampling_goes_to_separate_engine_calls(tokenizer):
     assert {(p.temperature, p.top_k) for p in engine.params} == {(1.0, 0), (0.6, 100)}
     assert all(ep.error == "parsing_failure" for ep in eps)
     assert eps[0].turns[0].error_detail.startswith("'nonsense' is not an allocation")
+
+
+def test_blotto_mix_plays_focus_and_spread_allocations_and_spread_beats_random():
+    """`bot:blotto-mix`: every allocation valid, both kinds in about equal shares; a spread
+    allocation wins a round against bot:random's more often than it loses one, a focus one
+    does not (what RL after a warm start on it can choose between)."""
+    from mars_core.games.blotto import SPREAD, parse_allocation
+    from mars_core.games.bots import make_bot
+
+    adapter = make_game("colonel_blotto")
+    state = adapter.new_state(0)
+    bot, rng = make_bot("bot:blotto-mix", adapter, 3), random.Random(0)
+    plays = [bot.act(adapter, state) for _ in range(400)]
+    units = [[int(u) for u in p[1:-1].replace("A", "").replace("B", "").replace("C", "").split()]
+             for p in plays]
+    assert all(parse_allocation(p).action == p for p in plays)
+    spread = sum(min(u) >= 5 for u in units)
+    assert 150 < spread < 250 and all(min(u) == 0 or min(u) >= 5 for u in units)
+
+    def edge(mine):  # mean round result against bot:random's allocations
+        out = 0
+        for _ in range(2000):
+            theirs = [int(u) for u in adapter.random_action(state, rng)[1:-1].replace("A", "")
+                      .replace("B", "").replace("C", "").split()]
+            won = sum(a > b for a, b in zip(mine, theirs)) - sum(a < b for a, b in zip(mine, theirs))
+            out += (won > 0) - (won < 0)
+        return out / 2000
+
+    assert min(edge(s) for s in SPREAD[:3]) > 0.15 and abs(edge((10, 10, 0))) < 0.12

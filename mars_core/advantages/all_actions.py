@@ -29,7 +29,9 @@ policy plays wrong keeps its label after the policy stopped exploring it.
 (`rollout.mc_rollouts`) instead of from other visits: every turn trains its state's move of
 highest value, with advantage Q(s, best) - V(s) (the turn's `monte_carlo` advantage had it
 played that move; a state whose moves are alike trains nothing). It needs no recurring states,
-so it serves games like Tic-Tac-Toe where later positions rarely repeat in a batch; the reply
+so it serves games like Tic-Tac-Toe where later positions rarely repeat in a batch
+(`sampled_and_best` keeps every turn's own advantage as well: the estimator's push on the
+played move, and the best move's label beside it); the reply
 trained for a move the turn did not sample is the batch's most sampled valid completion of that
 move by the same game and role, in any state (a reply that names a move names it whatever the
 position), with unknown behaviour log-probs (importance weight 1).
@@ -230,14 +232,17 @@ def _label_completions(df: pl.DataFrame) -> dict[tuple, list[int]]:
             for k, comps in seen.items()}
 
 
-def with_best_valued(df: pl.DataFrame) -> pl.DataFrame:
+def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFrame:
     """`df` with a `counterfactual` column and, where a turn's state has Monte-Carlo values and
     the batch has a reply for its best-valued move, that move trained with advantage
     Q(s, best) - V(s): a valid turn that played it gets that advantage, a valid turn that played
     another move 0, and a turn that did not play it an added row of it (the batch's most sampled
     completion of that move by the same game and role, behaviour log-probs unknown, the turn's
-    temperature); an invalid turn keeps its own advantage. Other turns are unchanged."""
-    _checked(df, "best_valued", ("action_values", "logprobs", "temperature", "reply"))
+    temperature); an invalid turn keeps its own advantage. Other turns are unchanged. With
+    `keep_sampled` (`train_actions: sampled_and_best`) every turn keeps its own advantage and
+    only the added rows change the batch: the played move's push and the best move's label."""
+    _checked(df, "sampled_and_best" if keep_sampled else "best_valued",
+             ("action_values", "logprobs", "temperature", "reply"))
     own = df.with_columns(pl.lit(False).alias(COUNTERFACTUAL))
     if df.is_empty():
         return own
@@ -270,7 +275,8 @@ def with_best_valued(df: pl.DataFrame) -> pl.DataFrame:
               .sort(_ROW))
     played = pl.col("valid") & (pl.col("action") == pl.col("__bv_action"))
     labelled = pl.col("__bv_action").is_not_null() & (played | pl.col("__bv_completion").is_not_null())
-    own_adv = (pl.when(labelled & played).then(pl.col("__bv_gap"))
+    own_adv = (pl.col("advantage") if keep_sampled else
+               pl.when(labelled & played).then(pl.col("__bv_gap"))
                .when(labelled & pl.col("valid")).then(0.0)
                .otherwise(pl.col("advantage")))
     own = joined.with_columns(own_adv.alias("advantage")).select(own.columns)
@@ -284,9 +290,10 @@ def with_best_valued(df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([own, added], how="vertical")
 
 
-def with_best_valued_reference(df: pl.DataFrame) -> pl.DataFrame:
+def with_best_valued_reference(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFrame:
     """The plain-loop twin of `with_best_valued` (the tests hold it to this)."""
-    _checked(df, "best_valued", ("action_values", "logprobs", "temperature", "reply"))
+    _checked(df, "sampled_and_best" if keep_sampled else "best_valued",
+             ("action_values", "logprobs", "temperature", "reply"))
     replies = _label_completions(df)
     out, added = [], []
     for r in df.iter_rows(named=True):
@@ -296,7 +303,7 @@ def with_best_valued_reference(df: pl.DataFrame) -> pl.DataFrame:
         reply = replies.get((r["game"], r["role"], found[0])) if found else None
         if found is not None and (played or reply is not None):
             move, gap = found
-            if r["valid"]:
+            if r["valid"] and not keep_sampled:
                 row["advantage"] = gap if played else 0.0
             if not played:
                 added.append({**r, "completion_ids": reply, "logprobs": [], "reply": "",

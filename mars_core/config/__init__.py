@@ -169,8 +169,8 @@ class Config(_Section):
         if a.estimator == "monte_carlo" and not self.rollout.mc_rollouts:
             raise ValueError("algorithm.estimator monte_carlo trains on the Monte-Carlo values "
                              "of each turn's state: set rollout.mc_rollouts (e.g. 16)")
-        if a.train_actions == "best_valued" and not self.rollout.mc_rollouts:
-            raise ValueError("algorithm.train_actions best_valued trains each turn's best move "
+        if a.train_actions in ("best_valued", "sampled_and_best") and not self.rollout.mc_rollouts:
+            raise ValueError(f"algorithm.train_actions {a.train_actions} trains each turn's best move "
                              "by the Monte-Carlo values of its state: set rollout.mc_rollouts "
                              "(e.g. 16)")
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":

@@ -52,9 +52,10 @@ class AlgorithmConfig(_Section):
     # in that state, with the mean advantage of the batch's turns that took it there (the
     # all-action update); greedy: only the action of highest mean return-to-go there, where two
     # or more were seen, with advantage 1; best_valued: only its state's move of highest
-    # Monte-Carlo value (rollout.mc_rollouts), with advantage Q(s, best) - V(s)
+    # Monte-Carlo value (rollout.mc_rollouts), with advantage Q(s, best) - V(s);
+    # sampled_and_best: the sampled move with its own advantage and that best move beside it
     # (mars_core.advantages.all_actions)
-    train_actions: Literal["sampled", "all", "greedy", "best_valued"] = "sampled"
+    train_actions: Literal["sampled", "all", "greedy", "best_valued", "sampled_and_best"] = "sampled"
     # greedy: how many past measurements of an action's value a state remembers, from batch to
     # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its
     # value; 0: this batch's only

@@ -248,6 +248,11 @@ def test_best_valued_trains_each_turns_best_move_by_its_values_gap():
     with pytest.raises(ValueError, match="train_actions: best_valued needs the column "
                                          "'action_values'"):
         with_best_valued(df.drop("action_values"))
+    # sampled_and_best: every own row keeps its advantage; the same rows are added
+    both = with_best_valued(df, keep_sampled=True)
+    assert both.filter(~pl.col(COUNTERFACTUAL)).drop(COUNTERFACTUAL).equals(df)
+    assert both.filter(pl.col(COUNTERFACTUAL)).equals(added)
+    assert with_best_valued_reference(df, keep_sampled=True).equals(both)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -263,9 +268,10 @@ def test_best_valued_rows_equal_the_loop_twin(seed):
                             role=rng.choice(["player_0", "player_1"]),
                             adv=rng.choice([-1.0, 0.0, 0.5])))
     df = _frame(rows)
-    got, want = with_best_valued(df), with_best_valued_reference(df)
-    assert got.drop("advantage").equals(want.drop("advantage"))
-    assert got["advantage"].to_list() == pytest.approx(want["advantage"].to_list())
+    for keep in (False, True):
+        got, want = with_best_valued(df, keep), with_best_valued_reference(df, keep)
+        assert got.drop("advantage").equals(want.drop("advantage"))
+        assert got["advantage"].to_list() == pytest.approx(want["advantage"].to_list())
 
 
 def test_best_valued_asks_for_the_values():
@@ -275,9 +281,13 @@ def test_best_valued_asks_for_the_values():
         load_config(None, ["algorithm.train_actions=best_valued"])
     cfg = load_config(None, ["algorithm.train_actions=best_valued", "rollout.mc_rollouts=4"])
     assert cfg.algorithm.train_actions == "best_valued"
+    with pytest.raises(ConfigError, match="train_actions sampled_and_best .* set rollout.mc_rollouts"):
+        load_config(None, ["algorithm.train_actions=sampled_and_best"])
 
 
-def test_the_stage_writes_best_valued_rows_the_trainer_reads_at_weight_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["best_valued", "sampled_and_best"])
+def test_the_stage_writes_best_valued_rows_the_trainer_reads_at_weight_one(mode, tmp_path,
+                                                                           monkeypatch):
     """compute_advantages with train_actions: best_valued (after the monte_carlo estimator)
     writes the labelled rows; the trainer loads an added row with no behaviour log-probs (its
     importance weight is 1)."""
@@ -293,7 +303,7 @@ def test_the_stage_writes_best_valued_rows_the_trainer_reads_at_weight_one(tmp_p
     run.mkdir()
     cfg = load_config(REPO / "configs" / "smoke.yaml",
                       ["algorithm.estimator=monte_carlo", "rollout.mc_rollouts=4",
-                       "algorithm.train_actions=best_valued", "algorithm.drop_zero_advantage=true"])
+                       f"algorithm.train_actions={mode}", "algorithm.drop_zero_advantage=true"])
     (run / CONFIG_FILE).write_text(dump_config(cfg))
     monkeypatch.setattr(stage_module, "run_stage", _offline_run_stage)
     rows = [_valued(0, "<PASS>", {"<BET>": 1.0, "<PASS>": 0.0}),
@@ -305,9 +315,11 @@ def test_the_stage_writes_best_valued_rows_the_trainer_reads_at_weight_one(tmp_p
     metrics = batching.compute_advantages.fn(str(run), 0)
     path = stage_dir(run, 0, COMPUTE_ADVANTAGES) / SAMPLES_FILE
     samples = pl.read_parquet(path)
-    # the pass (advantage 0) and the tie (gap 0) are dropped; the bet trains in turn 0's state
-    assert metrics["batch/counterfactual_rows"] == 1.0 and metrics["batch/samples"] == 1.0
-    assert samples["completion_ids"].to_list() == [[7, 8]] and samples["prompt_ids"].to_list() == [[0]]
-    assert samples["advantage"].to_list() == pytest.approx([0.5])
-    (loaded,) = load_samples(path)
+    # the tie (gap 0) is dropped; the bet trains in turn 0's state; the pass gets 0 and is
+    # dropped (best_valued) or keeps its monte_carlo advantage 0 - 0.5 (sampled_and_best)
+    assert metrics["batch/counterfactual_rows"] == 1.0
+    own = [] if mode == "best_valued" else [([0], [7, 9], -0.5)]
+    assert [(r["prompt_ids"], r["completion_ids"], pytest.approx(r["advantage"]))
+            for r in samples.iter_rows(named=True)] == own + [([0], [7, 8], pytest.approx(0.5))]
+    *_, loaded = load_samples(path)
     assert loaded.behaviour == () and loaded.completion_ids == (7, 8)

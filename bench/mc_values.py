@@ -59,7 +59,8 @@ def main() -> None:
         print("| rollouts a move | vs bot:random | vs bot:mcts-10 |")
         print("|---:|---:|---:|")
         for n in (int(x) for x in args.rollouts.split(",")):
-            cells = [_strength(adapter, n, bot, args.games) for bot in ("bot:random", "bot:mcts-10")]
+            cells = [_strength(adapter, n, bot, args.games)
+                     for bot in ("bot:random", "bot:mcts-10")]
             print(f"| {n} | " + " | ".join(f"{m:.1f} ± {ci:.1f}" for m, ci in cells) + " |")
 
 

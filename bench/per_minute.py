@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: the runs ran on different machines; their minutes do not compare: "
               + "; ".join(sorted(machines)))
     base = table[args.baseline][0] if args.baseline else {}
-    print("| run | opponent | policy | minutes | paired gain | per hour | vs baseline | optimal moves |")
+    print("| run | opponent | policy | minutes | paired gain | per hour | vs baseline "
+          "| optimal moves |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for run, (cells, machine) in table.items():
         if not cells:

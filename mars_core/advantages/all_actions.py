@@ -45,8 +45,8 @@ import json
 
 import polars as pl
 
-from mars_core.types import ACTION_VALUES_DTYPE, decode_action_values
-from mars_core.types import COUNTERFACTUAL  # marks an added row (False on the batch's own)
+# COUNTERFACTUAL marks an added row (False on the batch's own)
+from mars_core.types import ACTION_VALUES_DTYPE, COUNTERFACTUAL, decode_action_values
 
 STATE_KEYS = ("game", "role")  # with the prompt tokens: one state as the policy sees it
 _STATE, _ROW, _COMP = "__cf_state", "__cf_row", "__cf_completion"
@@ -274,7 +274,8 @@ def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFra
               .join(replies, on=["game", "role", "__bv_action"], how="left")
               .sort(_ROW))
     played = pl.col("valid") & (pl.col("action") == pl.col("__bv_action"))
-    labelled = pl.col("__bv_action").is_not_null() & (played | pl.col("__bv_completion").is_not_null())
+    labelled = (pl.col("__bv_action").is_not_null()
+                & (played | pl.col("__bv_completion").is_not_null()))
     own_adv = (pl.col("advantage") if keep_sampled else
                pl.when(labelled & played).then(pl.col("__bv_gap"))
                .when(labelled & pl.col("valid")).then(0.0)

@@ -359,7 +359,8 @@ def monte_carlo(df: pl.DataFrame) -> pl.DataFrame:
     check_mc_columns(df)
     rows = _sorted_by_trajectory(df)
     values = (rows.select(_ROW, pl.col("action").alias("__adv_action"),
-                          pl.col("action_values").replace("", None).str.json_decode(ACTION_VALUES_DTYPE)
+                          pl.col("action_values").replace("", None)
+                          .str.json_decode(ACTION_VALUES_DTYPE)
                           .alias("__adv_mc"))
               .explode("__adv_mc").unnest("__adv_mc")
               .filter(pl.col("value").is_not_null()))

@@ -170,9 +170,9 @@ class Config(_Section):
             raise ValueError("algorithm.estimator monte_carlo trains on the Monte-Carlo values "
                              "of each turn's state: set rollout.mc_rollouts (e.g. 16)")
         if a.train_actions in ("best_valued", "sampled_and_best") and not self.rollout.mc_rollouts:
-            raise ValueError(f"algorithm.train_actions {a.train_actions} trains each turn's best move "
-                             "by the Monte-Carlo values of its state: set rollout.mc_rollouts "
-                             "(e.g. 16)")
+            raise ValueError(f"algorithm.train_actions {a.train_actions} trains each turn's best "
+                             "move by the Monte-Carlo values of its state: set "
+                             "rollout.mc_rollouts (e.g. 16)")
         if a.estimator in TRAJECTORY_ESTIMATORS and b.unit != "trajectory":
             raise ValueError(f"algorithm.estimator {a.estimator!r} needs whole trajectories: "
                              "set batching.unit: trajectory (or use estimator rloo_env)")

@@ -55,7 +55,8 @@ class AlgorithmConfig(_Section):
     # Monte-Carlo value (rollout.mc_rollouts), with advantage Q(s, best) - V(s);
     # sampled_and_best: the sampled move with its own advantage and that best move beside it
     # (mars_core.advantages.all_actions)
-    train_actions: Literal["sampled", "all", "greedy", "best_valued", "sampled_and_best"] = "sampled"
+    train_actions: Literal["sampled", "all", "greedy", "best_valued",
+                           "sampled_and_best"] = "sampled"
     # greedy: how many past measurements of an action's value a state remembers, from batch to
     # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its
     # value; 0: this batch's only

@@ -5,8 +5,8 @@
   10 rollouts, as in MARS's evaluation. It searches the true game state, so it is only fair in
   perfect-information games (Tic-Tac-Toe, Connect Four): on poker it would see the cards;
 - `bot:nash`: a Nash-equilibrium policy from CFR, stored as JSON (Kuhn and Leduc poker);
-- game-specific bots (`GAME_BOTS`): `bot:blotto-focus` and `bot:blotto-mix` (Colonel Blotto), `bot:tit-for-tat`
-  and `bot:always-defect` (Three-Player IPD);
+- game-specific bots (`GAME_BOTS`): `bot:blotto-focus` and `bot:blotto-mix` (Colonel
+  Blotto), `bot:tit-for-tat` and `bot:always-defect` (Three-Player IPD);
 - `self` (an opponent only): the evaluated policy itself takes every other seat: Hanabi's
   partner, and plain self-play in any game.
 

@@ -161,3 +161,23 @@ def test_make_gpu_check_runs_the_script_with_the_carry():
     tiny = subprocess.run(["make", "-n", "gpu-check", "TINY=1"], cwd=REPO, capture_output=True,
                           text=True, timeout=60).stdout
     assert "--tiny" in tiny and "--out runs/gpu-check" in tiny
+
+
+def test_the_engine_profile_dry_run_splits_a_decode_step(tmp_path):
+    """bench/gpu_gen_profile.py (the engine's decode step split into forward, copy and
+    sampling): its tiny run on the CPU writes one row per weights kind and batch, every part
+    timed, and the profiler's table."""
+    full = {k: v for k, v in os.environ.items() if k != "MARS_GPU_CHECK_HIDE"}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_gen_profile.py"), "--tiny",
+                           "--out", str(tmp_path), "--carry", str(tmp_path / "no-carry")],
+                          cwd=REPO, env={**full, "OMP_WAIT_POLICY": "PASSIVE"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "gen_profile.json").read_text())
+    assert [(r["weights"], r["batch"]) for r in report["rows"]] == [
+        ("fp32 + bf16 autocast", 1), ("fp32 + bf16 autocast", 4), ("bf16 weights", 1),
+        ("bf16 weights", 4)]
+    parts = ("forward_ms", "to_cpu_ms", "sample_cpu_ms_per_row", "sample_gpu_ms",
+             "engine_ms_per_step", "engine_tokens_per_s")
+    assert all(r[k] > 0 for r in report["rows"] for k in parts)
+    assert "aten::" in (tmp_path / "gen_profile.txt").read_text()

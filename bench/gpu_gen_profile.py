@@ -10,7 +10,10 @@ same model (random weights, fp32 under bf16 autocast, as the engine runs it):
   on the CPU, per row;
 - `sample_gpu`: the same filters batched on the device (one topk, softmax, cumsum over all
   rows): what a batched sampler would cost;
-- `engine`: `HFEngine.generate` end to end, per step;
+- `engine_rowwise`: `HFEngine.generate` end to end, per step, its rows sampled one at a time
+  on the CPU (`sample_on_device` off: the engine before `sample_rows`);
+- `engine`: the same with every row of a step sampled at once on the device (`sample_rows`,
+  the default on a GPU);
 - a torch.profiler table of engine steps at batch 1 (top ops by self CPU time).
 
     python bench/gpu_gen_profile.py --carry .gpu-carry --out $OUT [--tiny]
@@ -123,11 +126,15 @@ def main(argv=None) -> int:
             engine = HFEngine(model, _Tok(), batch_size=batch, autocast_bf16=autocast)
             engine.eos_ids = frozenset()
             prompts = ids.tolist()
-            engine.generate(prompts[:1], SamplingParams(max_new_tokens=2))
-            engine.stats.update(generated_tokens=0, seconds=0.0)
-            engine.generate(prompts, params)
-            row["engine_ms_per_step"] = 1e3 * engine.stats["seconds"] / new
-            row["engine_tokens_per_s"] = engine.tokens_per_second()
+            # the engine end to end, its rows sampled one at a time on the CPU (as before
+            # sample_rows) and all at once on the device (the default on a GPU)
+            for label, on_device in (("engine_rowwise", False), ("engine", True)):
+                engine.sample_on_device = on_device
+                engine.generate(prompts[:1], SamplingParams(max_new_tokens=2))
+                engine.stats.update(generated_tokens=0, seconds=0.0)
+                engine.generate(prompts, params)
+                row[f"{label}_ms_per_step"] = 1e3 * engine.stats["seconds"] / new
+                row[f"{label}_tokens_per_s"] = engine.tokens_per_second()
             rows.append(row)
             print(json.dumps(row), flush=True)
             if batch == batches[0] and autocast:
@@ -146,7 +153,8 @@ def main(argv=None) -> int:
     (args.out / "gen_profile.txt").write_text("\n\n".join(text))
     print("\n".join(text)[-6000:])
     cols = ["weights", "batch", "forward_ms", "to_cpu_ms", "sample_cpu_ms_per_row",
-            "sample_gpu_ms", "engine_ms_per_step", "engine_tokens_per_s"]
+            "sample_gpu_ms", "engine_rowwise_ms_per_step", "engine_ms_per_step",
+            "engine_rowwise_tokens_per_s", "engine_tokens_per_s"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

@@ -12,7 +12,8 @@ proximal policy) and weighs each token by their ratio (`mars_core.training.losse
 Untruncated (top_k 0, top_p 1, min_p 0), the two agree to float precision.
 
 Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed, its index in
-the call), and draws one uniform per token. So a completion depends on its prompt, the seed and
+the call), and draws one uniform per token (on the CPU; on a GPU the rows of a step are then
+filtered and sampled together on the device, `sample_rows`, to the same tokens). So a completion depends on its prompt, the seed and
 its index only, not on batch size or the other prompts; identical prompts at different indices
 (a GRPO group) get different samples.
 
@@ -62,7 +63,11 @@ class HFEngine:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-        self.device = next(model.parameters()).device  # inputs go there; sampling stays on CPU
+        self.device = next(model.parameters()).device  # inputs go there
+        # where the rows are sampled: on the CPU one row at a time (`sample_token`); on a GPU
+        # all rows of a step at once on the device (`sample_rows`: the same draws and filters,
+        # no full-vocabulary copy to the host, a handful of launches instead of a few per row)
+        self.sample_on_device = self.device.type != "cpu"
         self.stats = {"calls": 0, "prompts": 0, "prompt_tokens": 0, "generated_tokens": 0,
                       "seconds": 0.0}
 
@@ -130,10 +135,10 @@ class HFEngine:
             first = batch_forward(self.model, prompts, self.pad_id, logits_to_keep=1,
                                   use_cache=True, share_prefix=self.share_prefix,
                                   prefix_cache=self.prefix_cache)
-            logits, cache = first.logits[:, -1, :].float().cpu(), first.cache
+            logits, cache = self._last_logits(first.logits), first.cache
             mask, positions = first.mask, first.positions[:, -1:]
             while True:
-                tokens = [seqs[r].step(logits[k]) for k, r in enumerate(active)]
+                tokens = self._sample(logits, [seqs[r] for r in active])
                 keep = [k for k, r in enumerate(active) if not seqs[r].finished]
                 if not keep:
                     break
@@ -151,11 +156,24 @@ class HFEngine:
         return [s.result() for s in seqs]
 
     def _forward(self, ids, mask, positions, cache):
-        """Logits of the last position only (`logits_to_keep=1`: no full-vocab prompt logits),
-        as float32 on the CPU, where each row's generator samples (one copy per step)."""
+        """Logits of the last position only (`logits_to_keep=1`: no full-vocab prompt logits)."""
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :].float().cpu(), out.past_key_values
+        return self._last_logits(out.logits), out.past_key_values
+
+    def _last_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The last position's logits as float32: on the CPU, where each row's generator
+        samples, or left on the device when the rows are sampled there."""
+        last = logits[:, -1, :].float()
+        return last if self.sample_on_device else last.cpu()
+
+    def _sample(self, logits: torch.Tensor, seqs: list["_Sequence"]) -> list[int]:
+        """One token for each row of `logits` (row k is `seqs[k]`'s), each sequence's stop
+        state updated."""
+        if not self.sample_on_device:
+            return [seq.step(logits[k]) for k, seq in enumerate(seqs)]
+        tokens, logprobs = sample_rows(logits, seqs[0].params, [seq.gen for seq in seqs])
+        return [seq.take(t, lp) for seq, t, lp in zip(seqs, tokens, logprobs)]
 
     def _autocast(self):
         if not self.autocast_bf16:
@@ -180,7 +198,10 @@ class _Sequence:
 
     def step(self, logits: torch.Tensor) -> int:
         """Sample one token from this row's logits and update the stop state."""
-        token, logprob = sample_token(logits, self.params, self.gen)
+        return self.take(*sample_token(logits, self.params, self.gen))
+
+    def take(self, token: int, logprob: float) -> int:
+        """Append a sampled token (and its log-prob) and update the stop state."""
         self.tokens.append(token)
         self.logprobs.append(logprob)
         if token in self.engine.eos_ids:
@@ -236,6 +257,42 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Genera
         pick -= 1
     token = int(order[pick])
     return token, float(values[pick] - torch.logsumexp(values[probs > 0], -1))
+
+
+def sample_rows(logits: torch.Tensor, params: SamplingParams, gens: list[torch.Generator]
+                ) -> tuple[list[int], list[float]]:
+    """`sample_token` for every row of `logits` ([rows, vocab], on any device) at once: the
+    same filters, and each row's one uniform drawn from its own (CPU) generator in the same
+    order, so a row's token is the one `sample_token` draws (up to the device's rounding at a
+    cdf boundary). Two small copies to the host a step (the tokens and their log-probs), not
+    the logits."""
+    if params.temperature <= 0:
+        tokens = torch.argmax(logits, -1)
+        logprobs = torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
+        return tokens.tolist(), logprobs.tolist()
+    scaled = logits / params.temperature
+    vocab = scaled.shape[-1]
+    k = params.top_k if 0 < params.top_k < vocab else vocab
+    values, order = torch.topk(scaled, k, dim=-1)  # sorted, descending
+    probs = torch.softmax(values, -1)
+    if params.top_p < 1.0:
+        keep = probs.cumsum(-1) - probs < params.top_p
+        keep[:, 0] = True
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+    if params.min_p > 0:
+        probs = torch.where(probs >= params.min_p * probs[:, :1], probs, torch.zeros_like(probs))
+    cdf = probs.cumsum(-1)
+    u = torch.cat([torch.rand((1,), generator=g, dtype=cdf.dtype) for g in gens])
+    u = u.to(cdf.device)[:, None] * cdf[:, -1:]
+    pick = torch.searchsorted(cdf, u, right=True).clamp_(max=k - 1)
+    # u on a flat stretch of the cdf: the next kept token below (sample_token's while loop)
+    index = torch.arange(k, device=probs.device).expand_as(probs)
+    last_kept = torch.where(probs > 0, index, torch.zeros_like(index)).cummax(-1).values
+    pick = last_kept.gather(-1, pick)
+    tokens = order.gather(-1, pick)[:, 0]
+    kept = torch.where(probs > 0, values, torch.full_like(values, float("-inf")))
+    logprobs = values.gather(-1, pick)[:, 0] - torch.logsumexp(kept, -1)
+    return tokens.tolist(), logprobs.tolist()
 
 
 def _generator(params: SamplingParams, index: int) -> torch.Generator:

@@ -178,6 +178,6 @@ def test_the_engine_profile_dry_run_splits_a_decode_step(tmp_path):
         ("fp32 + bf16 autocast", 1), ("fp32 + bf16 autocast", 4), ("bf16 weights", 1),
         ("bf16 weights", 4)]
     parts = ("forward_ms", "to_cpu_ms", "sample_cpu_ms_per_row", "sample_gpu_ms",
-             "engine_ms_per_step", "engine_tokens_per_s")
+             "engine_rowwise_ms_per_step", "engine_ms_per_step", "engine_tokens_per_s")
     assert all(r[k] > 0 for r in report["rows"] for k in parts)
     assert "aten::" in (tmp_path / "gen_profile.txt").read_text()

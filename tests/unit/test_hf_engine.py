@@ -208,3 +208,45 @@ def test_top_k_and_top_p_restrict_the_support():
     assert (token, logprob) == (0, 0.0)  # the only token left: probability 1
     token, logprob = sample_token(logits, sampled(temperature=2.0, top_k=0, top_p=1.0), gen)
     assert logprob == pytest.approx(float(torch.log_softmax(logits / 2, -1)[token]))
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.0), dict(temperature=1.0, top_k=0, top_p=1.0),
+                                dict(temperature=0.6, top_k=100, top_p=0.99),
+                                dict(temperature=1.3, top_k=5, top_p=0.5),
+                                dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.05),
+                                dict(temperature=1.0, top_k=3, top_p=0.0)])
+def test_rows_sampled_at_once_draw_what_each_row_draws_alone(kw):
+    """`sample_rows` (the GPU's sampler, run here on the CPU) against `sample_token` row by
+    row: the same token and log-prob for every row, each row's generator left in the same
+    state; logits with ties, a -inf and a dominant token included."""
+    from mars_core.engines.hf import sample_rows, sample_token
+
+    torch.manual_seed(7)
+    logits = torch.randn(16, 300) * 3
+    logits[1, :10] = 5.0  # a tie at the top
+    logits[2, 5] = float("-inf")
+    logits[3, 42] = 60.0  # everything else underflows to probability 0
+    params = sampled(**kw)
+    for step in range(5):
+        alone = [torch.Generator().manual_seed(100 + r + 31 * step) for r in range(16)]
+        together = [torch.Generator().manual_seed(100 + r + 31 * step) for r in range(16)]
+        expected = [sample_token(logits[r], params, alone[r]) for r in range(16)]
+        tokens, logprobs = sample_rows(logits, params, together)
+        assert tokens == [t for t, _ in expected]
+        assert logprobs == pytest.approx([lp for _, lp in expected], abs=1e-5)
+        assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(alone, together))
+
+
+def test_the_device_sampler_gives_the_engines_completions(model, tokenizer, prompts):
+    """The engine sampling every row of a step at once (as on a GPU) returns the completions
+    the row-by-row CPU sampler returns."""
+    rowwise = HFEngine(model, tokenizer, batch_size=3)
+    batched = HFEngine(model, tokenizer, batch_size=3)
+    assert not rowwise.sample_on_device
+    batched.sample_on_device = True
+    for params in (sampled(), greedy(), sampled(temperature=1.0, top_k=0, top_p=1.0, seed=5)):
+        a, b = rowwise.generate(prompts * 2, params), batched.generate(prompts * 2, params)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        assert [c.text for c in a] == [c.text for c in b]
+        for x, y in zip(a, b):
+            assert y.logprobs == pytest.approx(x.logprobs, abs=1e-5)

@@ -140,7 +140,9 @@ def main(argv=None) -> int:
             if batch == batches[0] and autocast:
                 from torch.profiler import ProfilerActivity, profile
 
-                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+                acts = [ProfilerActivity.CPU]
+                if device == "cuda":
+                    acts.append(ProfilerActivity.CUDA)
                 with profile(activities=acts) as prof:
                     engine.generate(prompts, SamplingParams(temperature=0.6, top_p=0.99,
                                                             top_k=100, max_new_tokens=8, seed=2))
@@ -149,7 +151,8 @@ def main(argv=None) -> int:
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
-    (args.out / "gen_profile.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
+    report = {"device": device, "rows": rows}
+    (args.out / "gen_profile.json").write_text(json.dumps(report, indent=1))
     (args.out / "gen_profile.txt").write_text("\n\n".join(text))
     print("\n".join(text)[-6000:])
     cols = ["weights", "batch", "forward_ms", "to_cpu_ms", "sample_cpu_ms_per_row",

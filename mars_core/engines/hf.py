@@ -13,9 +13,9 @@ Untruncated (top_k 0, top_p 1, min_p 0), the two agree to float precision.
 
 Randomness: each prompt gets its own `torch.Generator`, seeded from (params.seed, its index in
 the call), and draws one uniform per token (on the CPU; on a GPU the rows of a step are then
-filtered and sampled together on the device, `sample_rows`, to the same tokens). So a completion depends on its prompt, the seed and
-its index only, not on batch size or the other prompts; identical prompts at different indices
-(a GRPO group) get different samples.
+filtered and sampled together on the device, `sample_rows`, to the same tokens). So a
+completion depends on its prompt, the seed and its index only, not on batch size or the other
+prompts; identical prompts at different indices (a GRPO group) get different samples.
 
 Shared prefixes: prompts are batched in sorted order, so prompts that start alike (a game's
 rules text) land in one batch, and the prefill runs each shared prefix once

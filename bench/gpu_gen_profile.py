@@ -8,8 +8,7 @@ same model (random weights, fp32 under bf16 autocast, as the engine runs it):
 - `to_cpu`: the last-position logits copied to the CPU, as the engine does every step;
 - `sample_cpu`: the engine's per-row sampler (`sample_token`: temperature, top-k 100, top-p)
   on the CPU, per row;
-- `sample_gpu`: the same filters batched on the device (one topk, softmax, cumsum over all
-  rows): what a batched sampler would cost;
+- `sample_gpu`: every row at once on the device (`sample_rows`, the engine's sampler there);
 - `engine_rowwise`: `HFEngine.generate` end to end, per step, its rows sampled one at a time
   on the CPU (`sample_on_device` off: the engine before `sample_rows`);
 - `engine`: the same with every row of a step sampled at once on the device (`sample_rows`,
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
     import torch
 
     from gpu_check_steps import _Tok
-    from mars_core.engines.hf import HFEngine, sample_token
+    from mars_core.engines.hf import HFEngine, sample_rows, sample_token
     from mars_core.types import SamplingParams
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -112,14 +111,10 @@ def main(argv=None) -> int:
                 row["sample_cpu_ms_per_row"] = 1e3 * timed(
                     lambda: sample_token(host[0], params, gen), lambda: None, 20)
 
+                gens = [torch.Generator().manual_seed(r) for r in range(batch)]
+
                 def batched():
-                    scaled = logits / params.temperature
-                    values, order = torch.topk(scaled, params.top_k, dim=-1)
-                    probs = torch.softmax(values, -1)
-                    keep = probs.cumsum(-1) - probs < params.top_p
-                    probs = torch.where(keep, probs, torch.zeros_like(probs))
-                    pick = torch.multinomial(probs, 1)
-                    return order.gather(-1, pick).cpu()
+                    return sample_rows(logits, params, gens)
 
                 row["sample_gpu_ms"] = 1e3 * timed(batched, sync, 10)
             del cache, out

@@ -101,7 +101,8 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     if a.train_actions == "all":
         with_adv = with_all_actions(with_adv)
     elif a.train_actions in ("best_valued", "sampled_and_best"):
-        with_adv = with_best_valued(with_adv, keep_sampled=a.train_actions == "sampled_and_best")
+        with_adv = with_best_valued(with_adv, keep_sampled=a.train_actions == "sampled_and_best",
+                                    unit=a.label_advantage == "unit")
     elif a.train_actions == "greedy":
         with_adv, memory = with_greedy_actions(with_adv, state.get(GREEDY_MEMORY),
                                                a.action_memory)

@@ -232,7 +232,14 @@ def _label_completions(df: pl.DataFrame) -> dict[tuple, list[int]]:
             for k, comps in seen.items()}
 
 
-def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFrame:
+def _unit(gap: float) -> float:
+    """`label_advantage: unit`: a label's advantage, 1 where its move is worth more than the
+    state's mean (after rounding), else 0 (moves alike: nothing to learn)."""
+    return GREEDY_ADVANTAGE if round(gap, DECIMALS) > 0 else 0.0
+
+
+def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False,
+                     unit: bool = False) -> pl.DataFrame:
     """`df` with a `counterfactual` column and, where a turn's state has Monte-Carlo values and
     the batch has a reply for its best-valued move, that move trained with advantage
     Q(s, best) - V(s): a valid turn that played it gets that advantage, a valid turn that played
@@ -240,7 +247,9 @@ def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFra
     completion of that move by the same game and role, behaviour log-probs unknown, the turn's
     temperature); an invalid turn keeps its own advantage. Other turns are unchanged. With
     `keep_sampled` (`train_actions: sampled_and_best`) every turn keeps its own advantage and
-    only the added rows change the batch: the played move's push and the best move's label."""
+    only the added rows change the batch: the played move's push and the best move's label.
+    With `unit` (`label_advantage: unit`) a label's advantage is 1 where its gap is positive and
+    0 where it is not: the values choose the move, the step is the greedy update's."""
     _checked(df, "sampled_and_best" if keep_sampled else "best_valued",
              ("action_values", "logprobs", "temperature", "reply"))
     own = df.with_columns(pl.lit(False).alias(COUNTERFACTUAL))
@@ -260,6 +269,9 @@ def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFra
             .unique(_ROW, keep="first", maintain_order=True)
             .select(_ROW, pl.col("action").alias("__bv_action"),
                     (pl.col("value") - pl.col("__bv_mean")).alias("__bv_gap")))
+    if unit:
+        best = best.with_columns(pl.when(pl.col("__bv_gap").round(DECIMALS) > 0)
+                                 .then(GREEDY_ADVANTAGE).otherwise(0.0).alias("__bv_gap"))
     taken = keyed.filter(pl.col("valid") & (pl.col("action") != "")
                          & (pl.col("completion_ids").list.len() > 0))
     replies = (taken.with_columns(_token_key("completion_ids").alias(_COMP))
@@ -291,7 +303,8 @@ def with_best_valued(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFra
     return pl.concat([own, added], how="vertical")
 
 
-def with_best_valued_reference(df: pl.DataFrame, keep_sampled: bool = False) -> pl.DataFrame:
+def with_best_valued_reference(df: pl.DataFrame, keep_sampled: bool = False,
+                               unit: bool = False) -> pl.DataFrame:
     """The plain-loop twin of `with_best_valued` (the tests hold it to this)."""
     _checked(df, "sampled_and_best" if keep_sampled else "best_valued",
              ("action_values", "logprobs", "temperature", "reply"))
@@ -304,6 +317,7 @@ def with_best_valued_reference(df: pl.DataFrame, keep_sampled: bool = False) -> 
         reply = replies.get((r["game"], r["role"], found[0])) if found else None
         if found is not None and (played or reply is not None):
             move, gap = found
+            gap = _unit(gap) if unit else gap
             if r["valid"] and not keep_sampled:
                 row["advantage"] = gap if played else 0.0
             if not played:

@@ -57,6 +57,10 @@ class AlgorithmConfig(_Section):
     # (mars_core.advantages.all_actions)
     train_actions: Literal["sampled", "all", "greedy", "best_valued",
                            "sampled_and_best"] = "sampled"
+    # best_valued / sampled_and_best: the advantage of a best-move row; gap: Q(s, best) - V(s);
+    # unit: 1 wherever the best move is worth more than its state's mean (a cross-entropy step
+    # toward it, as greedy's: the values choose the label, not the step's size)
+    label_advantage: Literal["gap", "unit"] = "gap"
     # greedy: how many past measurements of an action's value a state remembers, from batch to
     # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its
     # value; 0: this batch's only
@@ -120,6 +124,10 @@ class AlgorithmConfig(_Section):
             raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
         if self.action_memory and self.train_actions != "greedy":
             raise ValueError("algorithm.action_memory applies to train_actions: greedy only")
+        if self.label_advantage != "gap" and self.train_actions not in ("best_valued",
+                                                                        "sampled_and_best"):
+            raise ValueError("algorithm.label_advantage applies to train_actions: best_valued "
+                             "or sampled_and_best only")
         return self
 
 

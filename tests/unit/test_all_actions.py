@@ -4,6 +4,7 @@ action, `best_valued` its state's move of highest Monte-Carlo value; held to pla
 and their push on Kuhn Poker against the exact action values."""
 from __future__ import annotations
 
+import itertools
 import random
 
 import polars as pl
@@ -253,6 +254,15 @@ def test_best_valued_trains_each_turns_best_move_by_its_values_gap():
     assert both.filter(~pl.col(COUNTERFACTUAL)).drop(COUNTERFACTUAL).equals(df)
     assert both.filter(pl.col(COUNTERFACTUAL)).equals(added)
     assert with_best_valued_reference(df, keep_sampled=True).equals(both)
+    # label_advantage unit: the same rows, each label at 1 where its gap is positive, else 0
+    unit = with_best_valued(df, unit=True)
+    assert unit.drop("advantage").equals(out.drop("advantage"))
+    assert unit["advantage"].to_list() == pytest.approx([0.0, 0.0, 0.5, -1.0, 0.5, 0.0,
+                                                         1.0, 1.0, 1.0])
+    assert with_best_valued_reference(df, unit=True).equals(unit)
+    both_unit = with_best_valued(df, keep_sampled=True, unit=True)
+    assert both_unit.filter(~pl.col(COUNTERFACTUAL)).drop(COUNTERFACTUAL).equals(df)
+    assert both_unit["advantage"].to_list()[6:] == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -268,8 +278,9 @@ def test_best_valued_rows_equal_the_loop_twin(seed):
                             role=rng.choice(["player_0", "player_1"]),
                             adv=rng.choice([-1.0, 0.0, 0.5])))
     df = _frame(rows)
-    for keep in (False, True):
-        got, want = with_best_valued(df, keep), with_best_valued_reference(df, keep)
+    for keep, unit in itertools.product((False, True), (False, True)):
+        got = with_best_valued(df, keep, unit)
+        want = with_best_valued_reference(df, keep, unit)
         assert got.drop("advantage").equals(want.drop("advantage"))
         assert got["advantage"].to_list() == pytest.approx(want["advantage"].to_list())
 
@@ -283,6 +294,12 @@ def test_best_valued_asks_for_the_values():
     assert cfg.algorithm.train_actions == "best_valued"
     with pytest.raises(ConfigError, match="train_actions sampled_and_best .* set rollout.mc_rollouts"):
         load_config(None, ["algorithm.train_actions=sampled_and_best"])
+    with pytest.raises(ConfigError, match="label_advantage applies to train_actions: "
+                                          "best_valued or sampled_and_best only"):
+        load_config(None, ["algorithm.label_advantage=unit"])
+    cfg = load_config(None, ["algorithm.train_actions=best_valued", "rollout.mc_rollouts=4",
+                             "algorithm.label_advantage=unit"])
+    assert cfg.algorithm.label_advantage == "unit"
 
 
 @pytest.mark.parametrize("mode", ["best_valued", "sampled_and_best"])

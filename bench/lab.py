@@ -4,13 +4,15 @@ parametrization and prompt layout, reporting steps and seconds to fit. Prints fi
 nothing. Resumable: an arm whose result is written is not run again.
 
     python bench/lab.py [--model embedded] [--out runs/lab/probe] [--steps 40] [--arms 0,1]
-                        [--game kuhn_poker|tic_tac_toe]
-    make lab [GAME=tic_tac_toe]
+                        [--game kuhn_poker|tic_tac_toe] [--held-out N]
+    make lab [GAME=tic_tac_toe] [HELD_OUT=24]
 
 Writes `<out>/arm_<i>.json` (the whole curve), `<out>/probe.md` and `probe.json` (the table),
 and `<out>/probe.png` (per arm against steps: states at the best response, and for Kuhn the
 K-J gap in P(bet) facing a bet, i.e. whether the card is read; for Tic-Tac-Toe the mean
-probability of the optimal moves).
+probability of the optimal moves, and with --held-out that of N other positions, measured at
+every step and never fitted: whether what the probe fits carries over to positions it did not
+see).
 """
 from __future__ import annotations
 
@@ -41,7 +43,11 @@ def _row(i: int, c: dict) -> str:
             f"{c['trainable'] / 1e6:.2f}M | {fit_at} | {last['n_best']}/{n} ")
     if "p_bet" not in last:  # Tic-Tac-Toe
         p = last["p_best"]
-        return head + f"| {sum(p.values()) / len(p):.2f} |"
+        row = head + f"| {sum(p.values()) / len(p):.2f} |"
+        h = last.get("held_out")
+        return row + (f" {h['n_best']}/{c['held_out']}: {h['p_best_mean']:.2f} (from "
+                      f"{c['steps'][0]['held_out']['p_best_mean']:.2f}; uniform "
+                      f"{h['chance']:.2f}) |" if h else " - |")
     p = last["p_bet"]
     return head + (f"| {p['Jb']:.2f} / {p['Qb']:.2f} / {p['Kb']:.2f} "
                    f"| {p['Jpb']:.2f} / {p['Qpb']:.2f} / {p['Kpb']:.2f} |")
@@ -50,8 +56,9 @@ def _row(i: int, c: dict) -> str:
 def table(curves: dict[int, dict], game: str = "kuhn_poker") -> str:
     if game == "tic_tac_toe":
         head = ("| # | arm | prompt tokens | trainable | steps to fit (s) | positions at an "
-                "optimal move (last) | mean P(optimal moves) (last) |\n"
-                "|---|---|---|---|---|---|---|")
+                "optimal move (last) | mean P(optimal moves) (last) | held-out positions: at an "
+                "optimal move, mean P(optimal) (last) |\n"
+                "|---|---|---|---|---|---|---|---|")
     else:
         head = ("| # | arm | prompt tokens | trainable | steps to fit (s) | states at best "
                 "(last) | P(bet) J/Q/K facing a bet (last) | after own pass, facing a bet |\n"
@@ -79,6 +86,11 @@ def plot(curves: dict[int, dict], path: Path, game: str = "kuhn_poker") -> None:
         right.plot(steps, [sum(s["p_best"].values()) / len(s["p_best"]) if ttt
                            else s["p_bet"]["Kb"] - s["p_bet"]["Jb"] for s in c["steps"]],
                    marker=".")
+        if ttt and c.get("held_out"):
+            right.plot(steps, [s["held_out"]["p_best_mean"] for s in c["steps"]], ls="--",
+                       color=right.lines[-1].get_color(), label=f"{i}: held-out positions")
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=7, loc="lower right")
     left.set_xlabel("optimizer steps")
     left.set_ylabel(f"states at the best response (of {n})")
     left.set_ylim(0, n + 0.5)
@@ -98,8 +110,10 @@ def _progress(r: dict) -> None:
     p = r["p_best"]
     kuhn_part = (f"  P(bet|Jb) {r['p_bet']['Jb']:.2f} P(bet|Kb) {r['p_bet']['Kb']:.2f}"
                  if "p_bet" in r else "")
+    h = r.get("held_out")
+    held = f"  held-out {h['n_best']} P(best) {h['p_best_mean']:.2f}" if h else ""
     print(f"  step {r['step']:3d} {r['seconds']:7.1f} s best {r['n_best']:2d}/{len(p)}  "
-          f"mean P(best) {sum(p.values()) / len(p):.2f}{kuhn_part}", flush=True)
+          f"mean P(best) {sum(p.values()) / len(p):.2f}{kuhn_part}{held}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the adapter's initialisation seed")
     ap.add_argument("--game", choices=GAMES, default="kuhn_poker",
                     help="the states fitted: Kuhn's 12, or 24 Tic-Tac-Toe positions")
+    ap.add_argument("--held-out", type=int, default=0,
+                    help="Tic-Tac-Toe: also measure this many positions never fitted, each step")
     ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
                     help="bf16 autocast (auto: whichever this CPU runs faster)")
     args = ap.parse_args(argv)
@@ -125,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"--arms: no arm {bad[0]} (0 to {len(ARMS) - 1})", file=sys.stderr)
         return 2
+    if args.held_out < 0 or (args.held_out and args.game != "tic_tac_toe"):
+        print("--held-out: a number of Tic-Tac-Toe positions (with --game tic_tac_toe)",
+              file=sys.stderr)
+        return 2
     model = resolve_model(args.model)
     bf16 = bf16_for(args.bf16, "update")
     target = (f"best response to bot:random: {kuhn.best_response()}" if args.game == "kuhn_poker"
@@ -136,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         arm: Arm = replace(ARMS[i], game=args.game)
         print(f"arm {i}: {arm.name}", flush=True)
-        curve = fit(model, arm, steps=args.steps, seed=args.seed, bf16=bf16, on_step=_progress)
+        curve = fit(model, arm, steps=args.steps, seed=args.seed, bf16=bf16, on_step=_progress,
+                    held_out=args.held_out)
         tmp = done.with_suffix(".tmp")
         tmp.write_text(json.dumps(vars(curve) | {"bf16": bf16, "cpu": cpu_description()},
                                   indent=1))
@@ -146,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     md = table(curves, args.game)
     (out / "probe.md").write_text(md + "\n")
     (out / "probe.json").write_text(json.dumps(
-        {str(i): {k: c.get(k) for k in ("arm", "prompt_tokens", "trainable", "states", "fit_step",
-                                    "fit_seconds", "bf16", "cpu")} | {"last": c["steps"][-1]}
+        {str(i): {k: c.get(k) for k in ("arm", "prompt_tokens", "trainable", "states", "held_out",
+                                    "fit_step", "fit_seconds", "bf16", "cpu")} | {"last": c["steps"][-1]}
          for i, c in sorted(curves.items())}, indent=1))
     plot(curves, out / "probe.png", args.game)
     print(md)

@@ -70,9 +70,10 @@ class Item:
 
 
 def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
-          game: str = "kuhn_poker") -> list[Item]:
+          game: str = "kuhn_poker", held_out: int = 0) -> list[Item]:
     """The probe's states in layout `style`: Kuhn's 12 labelled by `policy` (the best response
-    to random), or Tic-Tac-Toe's `TTT_POSITIONS` decisive positions labelled by minimax."""
+    to random), or Tic-Tac-Toe's `TTT_POSITIONS` decisive positions labelled by minimax (with `held_out` > 0: that
+    many other decisive positions instead, the ones the probe measures and does not fit)."""
     from mars_core.games.registry import make_game
     from mars_core.rollout.play import PromptBuilder
 
@@ -86,7 +87,9 @@ def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
 
     out = []
     if game == "tic_tac_toe":
-        for board, mark in tictactoe.decisive_positions(TTT_POSITIONS):
+        fitted = tictactoe.decisive_positions(TTT_POSITIONS)
+        for board, mark in (tictactoe.held_out_positions(held_out, fitted) if held_out
+                            else fitted):
             state, player = adapter.new_state(0), adapter.MARKS.index(mark)
             for m, cell in tictactoe.moves_to(board):
                 adapter.apply(state, adapter.legal_actions(state)[f"<{m}({cell // 3},{cell % 3})>"])
@@ -99,6 +102,8 @@ def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
                             tuple(i for i, a in enumerate(legal)
                                   if tictactoe.move_cell(a) in best)))
         return out
+    if held_out:
+        raise ValueError("held-out states are Tic-Tac-Toe's: Kuhn Poker's 12 are all fitted")
     policy = policy or kuhn.best_response()
     answers = [encode(a) for a in kuhn.ACTIONS]
     for info in kuhn.info_states():
@@ -119,6 +124,7 @@ class Curve:
     steps: list[dict] = field(default_factory=list)
     fit_step: int | None = None  # the first step at which every state prefers a best action
     fit_seconds: float | None = None
+    held_out: int = 0  # Tic-Tac-Toe positions measured at each step and never fitted
 
 
 def _sequence_logprobs(model, item_list: list[Item], pad_id: int, autocast: bool):
@@ -155,11 +161,32 @@ def _sequence_logprobs(model, item_list: list[Item], pad_id: int, autocast: bool
     return torch.stack(rows)
 
 
+def _measure(model, item_list: list[Item], pad_id: int, autocast: bool, chunk: int) -> dict:
+    """Without a gradient: how many of `item_list` prefer a best answer, the best answers'
+    mean probability, and a uniform answer's chance of being best (the floor)."""
+    import torch
+
+    hits, p_best = 0, []
+    with torch.no_grad():
+        for i in range(0, len(item_list), chunk):
+            part = item_list[i: i + chunk]
+            probs = torch.softmax(_sequence_logprobs(model, part, pad_id, autocast), dim=1)
+            for j, it in enumerate(part):
+                p_best.append(float(probs[j, list(it.best)].sum()))
+                hits += int(probs[j].argmax()) in it.best
+    chance = sum(len(it.best) / len(it.answers) for it in item_list) / len(item_list)
+    return {"n_best": hits, "p_best_mean": round(sum(p_best) / len(p_best), 4),
+            "chance": round(chance, 4)}
+
+
 def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: bool = False,
         stop_at_fit: bool = True, on_step: Callable[[dict], None] | None = None,
-        chunk: int = 4) -> Curve:
+        chunk: int = 4, held_out: int = 0) -> Curve:
     """Fit `arm` to the best response for up to `steps` steps (stopping once every state
-    prefers its best action, unless `stop_at_fit` is off); `chunk` states a forward pass."""
+    prefers its best action, unless `stop_at_fit` is off); `chunk` states a forward pass. With
+    `held_out` (Tic-Tac-Toe) each step also measures that many positions it does not fit (each
+    row's `held_out`: how many prefer an optimal move, their optimal moves' mean probability,
+    and a uniform move's): whether what is fitted carries over to positions never seen."""
     import torch
 
     from mars_core.models.weights import load_model, load_tokenizer
@@ -176,8 +203,9 @@ def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: b
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=arm.lr, weight_decay=0.0)
     batch = items(tokenizer, arm.style, game=arm.game)
+    unseen = items(tokenizer, arm.style, game=arm.game, held_out=held_out) if held_out else []
     curve = Curve(asdict(arm), sum(len(it.prompt) for it in batch) / len(batch),
-                  sum(p.numel() for p in params), states=len(batch))
+                  sum(p.numel() for p in params), states=len(batch), held_out=len(unseen))
     start = time.perf_counter()
     for step in range(steps + 1):
         # the states in chunks of `chunk`, each chunk's gradient accumulated as it is computed
@@ -201,6 +229,8 @@ def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: b
                "p_best": {it.key: round(p, 4) for it, p in zip(batch, p_best)}}
         if p_bet:
             row["p_bet"] = {it.key: round(p, 4) for it, p in zip(batch, p_bet)}
+        if unseen:
+            row["held_out"] = _measure(model, unseen, tokenizer.pad_token_id, bf16, chunk)
         curve.steps.append(row)
         if on_step is not None:
             on_step(row)

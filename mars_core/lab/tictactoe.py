@@ -98,6 +98,14 @@ def decisive_positions(n: int, seed: int = 0) -> list[tuple[str, str]]:
     return random.Random(seed).sample(ordered, min(n, len(ordered)))
 
 
+def held_out_positions(n: int, fitted: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`n` decisive positions (as `decisive_positions`) none of which is in `fitted`, drawn by
+    another seed: the positions a probe measures without fitting them (does what it fits carry
+    over to positions it never saw?)."""
+    seen = set(fitted)
+    return [p for p in decisive_positions(10 ** 6, seed=1) if p not in seen][:n]
+
+
 def moves_to(board: str) -> list[tuple[str, int]]:
     """A move order that reaches `board` from the empty one: (mark, cell), X first, then
     alternating (no earlier position of a position not over is over)."""

@@ -197,3 +197,16 @@ def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tm
     assert all(0 < p < 1 for p in curve.steps[0]["p_best"].values())
     with pytest.raises(ValueError, match="no game 'chess'"):
         items(tok, "compact", game="chess")
+    # held-out positions: decisive, none of them fitted; measured each step, never trained
+    unseen = items(tok, "compact", game="tic_tac_toe", held_out=6)
+    assert len(unseen) == 6 and not {i.key for i in unseen} & {i.key for i in compact}
+    assert all(0 < len(i.best) < len(i.answers) for i in unseen)
+    with pytest.raises(ValueError, match="held-out states are Tic-Tac-Toe's"):
+        items(tok, "compact", held_out=2)
+    held = fit(tiny_model_dir, Arm("tiny", rank=4, lr=1e-2, game="tic_tac_toe"), steps=1,
+               stop_at_fit=False, chunk=8, held_out=6)
+    assert held.held_out == 6 and all(0 <= s["held_out"]["n_best"] <= 6 for s in held.steps)
+    assert held.steps[0]["held_out"]["chance"] == pytest.approx(
+        sum(len(i.best) / len(i.answers) for i in unseen) / 6, abs=1e-4)
+    # the fitted positions' curve is the one without held-out positions: measuring moves nothing
+    assert [s["p_best"] for s in held.steps] == [s["p_best"] for s in curve.steps]

@@ -166,11 +166,12 @@ learn: setup
 # The learning lab (docs/lab.md): the capacity probe, i.e. Kuhn Poker's best response fitted by
 # supervision per parametrization and prompt layout, steps and seconds to fit (resumable; the
 # table and plot in runs/lab/probe/; ARMS=1,2 for some arms, STEPS=n; GAME=tic_tac_toe: minimax
-# moves in 24 positions, in runs/lab/probe_tic_tac_toe/; HELD_OUT=n: also n positions it never
-# fits, measured every step, in runs/lab/probe_tic_tac_toe_held_out/).
+# moves in 24 positions, in runs/lab/probe_tic_tac_toe/; POSITIONS=n: n of them; HELD_OUT=n:
+# also n positions it never fits, measured every step; each in a folder of its own).
 lab: setup
-	$(PY) bench/lab.py --out runs/lab/probe$(if $(GAME),_$(GAME))$(if $(HELD_OUT),_held_out) --steps $(or $(STEPS),30) \
-	    $(if $(ARMS),--arms $(ARMS)) $(if $(GAME),--game $(GAME)) $(if $(HELD_OUT),--held-out $(HELD_OUT))
+	$(PY) bench/lab.py --out runs/lab/probe$(if $(GAME),_$(GAME))$(if $(POSITIONS),_$(POSITIONS))$(if $(HELD_OUT),_held_out) --steps $(or $(STEPS),30) \
+	    $(if $(ARMS),--arms $(ARMS)) $(if $(GAME),--game $(GAME)) \
+	    $(if $(POSITIONS),--positions $(POSITIONS)) $(if $(HELD_OUT),--held-out $(HELD_OUT))
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
 # agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),

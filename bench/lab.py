@@ -4,8 +4,8 @@ parametrization and prompt layout, reporting steps and seconds to fit. Prints fi
 nothing. Resumable: an arm whose result is written is not run again.
 
     python bench/lab.py [--model embedded] [--out runs/lab/probe] [--steps 40] [--arms 0,1]
-                        [--game kuhn_poker|tic_tac_toe] [--held-out N]
-    make lab [GAME=tic_tac_toe] [HELD_OUT=24]
+                        [--game kuhn_poker|tic_tac_toe] [--positions 24] [--held-out N]
+    make lab [GAME=tic_tac_toe] [POSITIONS=24] [HELD_OUT=24]
 
 Writes `<out>/arm_<i>.json` (the whole curve), `<out>/probe.md` and `probe.json` (the table),
 and `<out>/probe.png` (per arm against steps: states at the best response, and for Kuhn the
@@ -29,7 +29,7 @@ from mars_core.run import offline  # noqa: E402
 offline.apply()
 
 from mars_core.lab import kuhn  # noqa: E402
-from mars_core.lab.probe import ARMS, GAMES, Arm, fit  # noqa: E402
+from mars_core.lab.probe import ARMS, GAMES, TTT_POSITIONS, Arm, fit  # noqa: E402
 from mars_core.models.precision import bf16_for, cpu_description  # noqa: E402
 from mars_core.models.weights import resolve_model  # noqa: E402
 
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the adapter's initialisation seed")
     ap.add_argument("--game", choices=GAMES, default="kuhn_poker",
                     help="the states fitted: Kuhn's 12, or 24 Tic-Tac-Toe positions")
+    ap.add_argument("--positions", type=int, default=TTT_POSITIONS,
+                    help="Tic-Tac-Toe: how many positions to fit (default %(default)s)")
     ap.add_argument("--held-out", type=int, default=0,
                     help="Tic-Tac-Toe: also measure this many positions never fitted, each step")
     ap.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
@@ -141,14 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"--arms: no arm {bad[0]} (0 to {len(ARMS) - 1})", file=sys.stderr)
         return 2
-    if args.held_out < 0 or (args.held_out and args.game != "tic_tac_toe"):
-        print("--held-out: a number of Tic-Tac-Toe positions (with --game tic_tac_toe)",
-              file=sys.stderr)
-        return 2
+    ttt = args.game == "tic_tac_toe"
+    for flag, bad in (("--held-out", args.held_out < 0 or (args.held_out and not ttt)),
+                      ("--positions", args.positions < 1
+                       or (args.positions != TTT_POSITIONS and not ttt))):
+        if bad:
+            print(f"{flag}: a number of Tic-Tac-Toe positions (with --game tic_tac_toe)",
+                  file=sys.stderr)
+            return 2
     model = resolve_model(args.model)
     bf16 = bf16_for(args.bf16, "update")
     target = (f"best response to bot:random: {kuhn.best_response()}" if args.game == "kuhn_poker"
-              else "minimax moves in 24 Tic-Tac-Toe positions")
+              else f"minimax moves in {args.positions} Tic-Tac-Toe positions")
     print(f"capacity probe on {cpu_description()}, {'bf16' if bf16 else 'fp32'}; {target}")
     for i in chosen:
         done = out / f"arm_{i}.json"
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         arm: Arm = replace(ARMS[i], game=args.game)
         print(f"arm {i}: {arm.name}", flush=True)
         curve = fit(model, arm, steps=args.steps, seed=args.seed, bf16=bf16, on_step=_progress,
-                    held_out=args.held_out)
+                    held_out=args.held_out, positions=args.positions)
         tmp = done.with_suffix(".tmp")
         tmp.write_text(json.dumps(vars(curve) | {"bf16": bf16, "cpu": cpu_description()},
                                   indent=1))

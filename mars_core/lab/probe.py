@@ -70,10 +70,12 @@ class Item:
 
 
 def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
-          game: str = "kuhn_poker", held_out: int = 0) -> list[Item]:
+          game: str = "kuhn_poker", held_out: int = 0,
+          positions: int = TTT_POSITIONS) -> list[Item]:
     """The probe's states in layout `style`: Kuhn's 12 labelled by `policy` (the best response
-    to random), or Tic-Tac-Toe's `TTT_POSITIONS` decisive positions labelled by minimax (with `held_out` > 0: that
-    many other decisive positions instead, the ones the probe measures and does not fit)."""
+    to random), or `positions` decisive Tic-Tac-Toe positions labelled by minimax (with
+    `held_out` > 0: that many other decisive positions instead, the ones the probe measures
+    and does not fit)."""
     from mars_core.games.registry import make_game
     from mars_core.rollout.play import PromptBuilder
 
@@ -87,7 +89,7 @@ def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
 
     out = []
     if game == "tic_tac_toe":
-        fitted = tictactoe.decisive_positions(TTT_POSITIONS)
+        fitted = tictactoe.decisive_positions(positions)
         for board, mark in (tictactoe.held_out_positions(held_out, fitted) if held_out
                             else fitted):
             state, player = adapter.new_state(0), adapter.MARKS.index(mark)
@@ -104,6 +106,8 @@ def items(tokenizer, style: str, policy: kuhn.Policy | None = None,
         return out
     if held_out:
         raise ValueError("held-out states are Tic-Tac-Toe's: Kuhn Poker's 12 are all fitted")
+    if positions != TTT_POSITIONS:
+        raise ValueError("a number of positions is Tic-Tac-Toe's: Kuhn Poker has 12 states")
     policy = policy or kuhn.best_response()
     answers = [encode(a) for a in kuhn.ACTIONS]
     for info in kuhn.info_states():
@@ -181,12 +185,13 @@ def _measure(model, item_list: list[Item], pad_id: int, autocast: bool, chunk: i
 
 def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: bool = False,
         stop_at_fit: bool = True, on_step: Callable[[dict], None] | None = None,
-        chunk: int = 4, held_out: int = 0) -> Curve:
+        chunk: int = 4, held_out: int = 0, positions: int = TTT_POSITIONS) -> Curve:
     """Fit `arm` to the best response for up to `steps` steps (stopping once every state
     prefers its best action, unless `stop_at_fit` is off); `chunk` states a forward pass. With
     `held_out` (Tic-Tac-Toe) each step also measures that many positions it does not fit (each
     row's `held_out`: how many prefer an optimal move, their optimal moves' mean probability,
-    and a uniform move's): whether what is fitted carries over to positions never seen."""
+    and a uniform move's): whether what is fitted carries over to positions never seen;
+    `positions`: how many Tic-Tac-Toe positions it fits."""
     import torch
 
     from mars_core.models.weights import load_model, load_tokenizer
@@ -202,8 +207,9 @@ def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: b
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=arm.lr, weight_decay=0.0)
-    batch = items(tokenizer, arm.style, game=arm.game)
-    unseen = items(tokenizer, arm.style, game=arm.game, held_out=held_out) if held_out else []
+    batch = items(tokenizer, arm.style, game=arm.game, positions=positions)
+    unseen = (items(tokenizer, arm.style, game=arm.game, held_out=held_out, positions=positions)
+              if held_out else [])
     curve = Curve(asdict(arm), sum(len(it.prompt) for it in batch) / len(batch),
                   sum(p.numel() for p in params), states=len(batch), held_out=len(unseen))
     start = time.perf_counter()

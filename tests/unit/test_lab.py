@@ -112,6 +112,12 @@ def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), "--arms", "9",
                           "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["--arms: no arm 9 (0 to 5)"]
+    for flags, flag in ((["--held-out", "4"], "--held-out"), (["--positions", "30"], "--positions"),
+                        (["--game", "tic_tac_toe", "--positions", "0"], "--positions")):
+        bad = subprocess.run([sys.executable, str(REPO / "bench" / "lab.py"), *flags, "--out",
+                              str(out)], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+            f"{flag}: a number of Tic-Tac-Toe positions (with --game tic_tac_toe)"]
 
 
 def test_tic_tac_toe_move_values_are_perfect_play():
@@ -203,6 +209,10 @@ def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tm
     assert all(0 < len(i.best) < len(i.answers) for i in unseen)
     with pytest.raises(ValueError, match="held-out states are Tic-Tac-Toe's"):
         items(tok, "compact", held_out=2)
+    with pytest.raises(ValueError, match="a number of positions is Tic-Tac-Toe's"):
+        items(tok, "compact", positions=5)
+    more = items(tok, "compact", game="tic_tac_toe", positions=30)
+    assert len(more) == 30 and not {i.key for i in unseen} & {i.key for i in more}
     held = fit(tiny_model_dir, Arm("tiny", rank=4, lr=1e-2, game="tic_tac_toe"), steps=1,
                stop_at_fit=False, chunk=8, held_out=6)
     assert held.held_out == 6 and all(0 <= s["held_out"]["n_best"] <= 6 for s in held.steps)

@@ -169,7 +169,8 @@ learn: setup
 # moves in 24 positions, in runs/lab/probe_tic_tac_toe/; POSITIONS=n: n of them; HELD_OUT=n:
 # also n positions it never fits, measured every step; each in a folder of its own).
 lab: setup
-	$(PY) bench/lab.py --out runs/lab/probe$(if $(GAME),_$(GAME))$(if $(POSITIONS),_$(POSITIONS))$(if $(HELD_OUT),_held_out) --steps $(or $(STEPS),30) \
+	$(PY) bench/lab.py --steps $(or $(STEPS),30) \
+	    --out runs/lab/probe$(if $(GAME),_$(GAME))$(if $(POSITIONS),_$(POSITIONS))$(if $(HELD_OUT),_held_out) \
 	    $(if $(ARMS),--arms $(ARMS)) $(if $(GAME),--game $(GAME)) \
 	    $(if $(POSITIONS),--positions $(POSITIONS)) $(if $(HELD_OUT),--held-out $(HELD_OUT))
 

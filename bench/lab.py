@@ -34,6 +34,11 @@ from mars_core.models.precision import bf16_for, cpu_description  # noqa: E402
 from mars_core.models.weights import resolve_model  # noqa: E402
 
 
+# what probe.json keeps of each arm's curve (with its last step)
+SUMMARY = ("arm", "prompt_tokens", "trainable", "states", "held_out", "fit_step", "fit_seconds",
+           "bf16", "cpu")
+
+
 def _row(i: int, c: dict) -> str:
     last = c["steps"][-1]
     n = c.get("states", 12)
@@ -173,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     md = table(curves, args.game)
     (out / "probe.md").write_text(md + "\n")
     (out / "probe.json").write_text(json.dumps(
-        {str(i): {k: c.get(k) for k in ("arm", "prompt_tokens", "trainable", "states", "held_out",
-                                    "fit_step", "fit_seconds", "bf16", "cpu")} | {"last": c["steps"][-1]}
+        {str(i): {k: c.get(k) for k in SUMMARY} | {"last": c["steps"][-1]}
          for i, c in sorted(curves.items())}, indent=1))
     plot(curves, out / "probe.png", args.game)
     print(md)

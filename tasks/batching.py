@@ -24,6 +24,7 @@ from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, GREEDY_MEMORY, with_all_actions,
                                               with_best_valued, with_greedy_actions)
 from mars_core.advantages.estimators import estimator
+from mars_core.config.train import VALUE_LABELLED
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
                                   SAVE_CHECKPOINT, TURNS_FILE)
@@ -100,7 +101,7 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
     metrics: dict[str, float] = est.state_metrics(new)
     if a.train_actions == "all":
         with_adv = with_all_actions(with_adv)
-    elif a.train_actions in ("best_valued", "sampled_and_best"):
+    elif a.train_actions in VALUE_LABELLED:
         with_adv = with_best_valued(with_adv, keep_sampled=a.train_actions == "sampled_and_best",
                                     unit=a.label_advantage == "unit")
     elif a.train_actions == "greedy":

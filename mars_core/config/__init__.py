@@ -22,8 +22,8 @@ from mars_core.config.engine import EngineConfig
 from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # noqa: F401
                                    SamplingOverride)
 from mars_core.config.rewards import OUTCOMES, In2AIRewards, RewardsConfig  # noqa: F401
-from mars_core.config.train import (TRAJECTORY_ESTIMATORS, AlgorithmConfig,  # noqa: F401
-                                    BatchingConfig, OptimConfig, TrainerConfig)
+from mars_core.config.train import (TRAJECTORY_ESTIMATORS, VALUE_LABELLED,  # noqa: F401
+                                    AlgorithmConfig, BatchingConfig, OptimConfig, TrainerConfig)
 from mars_core.games.catalog import check_game, check_prompt
 from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
                                        check_suite, is_bot)
@@ -169,7 +169,7 @@ class Config(_Section):
         if a.estimator == "monte_carlo" and not self.rollout.mc_rollouts:
             raise ValueError("algorithm.estimator monte_carlo trains on the Monte-Carlo values "
                              "of each turn's state: set rollout.mc_rollouts (e.g. 16)")
-        if a.train_actions in ("best_valued", "sampled_and_best") and not self.rollout.mc_rollouts:
+        if a.train_actions in VALUE_LABELLED and not self.rollout.mc_rollouts:
             raise ValueError(f"algorithm.train_actions {a.train_actions} trains each turn's best "
                              "move by the Monte-Carlo values of its state: set "
                              "rollout.mc_rollouts (e.g. 16)")

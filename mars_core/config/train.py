@@ -24,6 +24,10 @@ AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 # totals), as their records say; `rloo_env` works on single turns.
 TRAJECTORY_ESTIMATORS = tuple(n for n, e in ESTIMATORS.items() if e.needs_trajectories)
 
+# The `train_actions` that label each turn's best move by its state's Monte-Carlo values
+# (they need rollout.mc_rollouts, and take algorithm.label_advantage)
+VALUE_LABELLED = ("best_valued", "sampled_and_best")
+
 
 def _same(value: Any) -> Any:
     """A value compared as YAML gives it (a tuple as the list it was written as)."""
@@ -124,8 +128,7 @@ class AlgorithmConfig(_Section):
             raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
         if self.action_memory and self.train_actions != "greedy":
             raise ValueError("algorithm.action_memory applies to train_actions: greedy only")
-        if self.label_advantage != "gap" and self.train_actions not in ("best_valued",
-                                                                        "sampled_and_best"):
+        if self.label_advantage != "gap" and self.train_actions not in VALUE_LABELLED:
             raise ValueError("algorithm.label_advantage applies to train_actions: best_valued "
                              "or sampled_and_best only")
         return self

@@ -165,6 +165,13 @@ def _sequence_logprobs(model, item_list: list[Item], pad_id: int, autocast: bool
     return torch.stack(rows)
 
 
+def _best_stats(probs, part: list[Item]) -> tuple[list[float], int]:
+    """Per state of `part` (rows of `probs`, its answers' probabilities): the best answers'
+    probability together, and how many states prefer a best answer."""
+    p_best = [float(probs[j, list(it.best)].sum()) for j, it in enumerate(part)]
+    return p_best, sum(int(probs[j].argmax()) in it.best for j, it in enumerate(part))
+
+
 def _measure(model, item_list: list[Item], pad_id: int, autocast: bool, chunk: int) -> dict:
     """Without a gradient: how many of `item_list` prefer a best answer, the best answers'
     mean probability, and a uniform answer's chance of being best (the floor)."""
@@ -175,9 +182,9 @@ def _measure(model, item_list: list[Item], pad_id: int, autocast: bool, chunk: i
         for i in range(0, len(item_list), chunk):
             part = item_list[i: i + chunk]
             probs = torch.softmax(_sequence_logprobs(model, part, pad_id, autocast), dim=1)
-            for j, it in enumerate(part):
-                p_best.append(float(probs[j, list(it.best)].sum()))
-                hits += int(probs[j].argmax()) in it.best
+            p, n = _best_stats(probs, part)
+            p_best += p
+            hits += n
     chance = sum(len(it.best) / len(it.answers) for it in item_list) / len(item_list)
     return {"n_best": hits, "p_best_mean": round(sum(p_best) / len(p_best), 4),
             "chance": round(chance, 4)}
@@ -226,11 +233,11 @@ def fit(model_dir: str | Path, arm: Arm, steps: int = 40, seed: int = 0, bf16: b
             loss = -torch.stack(best).sum() / len(batch)
             loss.backward()
             probs = torch.softmax(lp.detach(), dim=1)
-            for j, it in enumerate(part):
-                p_best.append(float(probs[j, list(it.best)].sum()))
-                hits += int(probs[j].argmax()) in it.best
-                if arm.game == "kuhn_poker":
-                    p_bet.append(float(probs[j, 1]))
+            p, n = _best_stats(probs, part)
+            p_best += p
+            hits += n
+            if arm.game == "kuhn_poker":
+                p_bet += [float(probs[j, 1]) for j in range(len(part))]
         row = {"step": step, "seconds": round(time.perf_counter() - start, 3), "n_best": hits,
                "p_best": {it.key: round(p, 4) for it, p in zip(batch, p_best)}}
         if p_bet:

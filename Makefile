@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-durations test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-durations test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -173,6 +173,14 @@ lab: setup
 	    --out runs/lab/probe$(if $(GAME),_$(GAME))$(if $(POSITIONS),_$(POSITIONS))$(if $(HELD_OUT),_held_out) \
 	    $(if $(ARMS),--arms $(ARMS)) $(if $(GAME),--game $(GAME)) \
 	    $(if $(POSITIONS),--positions $(POSITIONS)) $(if $(HELD_OUT),--held-out $(HELD_OUT))
+
+# How many Tic-Tac-Toe positions a policy that learns them one by one must be taught to reach
+# a score (docs/lab.md, mars_core/lab/coverage.py): no model, a table policy scored exactly
+# against bot:random and by sampled games against bot:mcts-10; priced in CPU-hours by the probe
+# above where `make lab GAME=tic_tac_toe ARMS=5` has run. STEP=n positions a round (100).
+lab-coverage: setup
+	$(PY) bench/coverage.py --step $(or $(STEP),100) --out runs/lab/coverage/coverage.json \
+	    $(if $(wildcard runs/lab/probe_tic_tac_toe/arm_5.json),--probe runs/lab/probe_tic_tac_toe/arm_5.json)
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o
 # agent-specific normalisation, trajectory-level GRPO and RAE (configs/ablations/variants/),

@@ -5,7 +5,10 @@
 - `tictactoe`: Tic-Tac-Toe exactly (every move's value under perfect play; a position read
   back from an observation in either layout: the learning report's minimax-optimal moves);
 - `probe`: the capacity probe (a parametrization and prompt layout fitted to the best
-  response by supervision; `bench/lab.py`, `make lab`).
+  response by supervision; `bench/lab.py`, `make lab`);
+- `coverage`: how many Tic-Tac-Toe positions a policy that learns them one by one must be
+  taught to reach a score (a table policy, scored exactly or by sampled games;
+  `bench/coverage.py`, `make lab-coverage`).
 
 May import: games, models, rollout.
 """

@@ -24,7 +24,7 @@ from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, GREEDY_MEMORY, with_all_actions,
                                               with_best_valued, with_greedy_actions)
 from mars_core.advantages.estimators import estimator
-from mars_core.config.train import VALUE_LABELLED
+from mars_core.config.train import VALUE_LABELLED, AlgorithmConfig
 from mars_core.run.layout import (ASSIGN_REWARDS, BANK_DIR, BANK_EPISODES, BANK_FILE, BATCH_FILE,
                                   BUILD_BATCH, COMPOSITION_FILE, COMPUTE_ADVANTAGES, SAMPLES_FILE,
                                   SAVE_CHECKPOINT, TURNS_FILE)
@@ -87,14 +87,14 @@ def without_zero_advantage(samples: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return keep, len(samples) - len(keep)
 
 
-@iteration_stage(COMPUTE_ADVANTAGES)
-def compute_advantages(ctx: StageContext, out: Path) -> dict:
-    """Advantages of the batch by the configured estimator; the samples the trainer reads."""
-    a = ctx.cfg.algorithm
+def advantage_samples(a: AlgorithmConfig, batch: pl.DataFrame,
+                      state: dict) -> tuple[pl.DataFrame, dict, dict]:
+    """(the samples the trainer reads, the estimator state to save with the next checkpoint,
+    metrics) of `batch` under the algorithm section `a`, from `state` (the one saved with the
+    policy's checkpoint; {} for a fresh model): the configured estimator's advantages, then
+    `a.train_actions`' rows and `a.drop_zero_advantage`. Pure: the stage below and
+    bench/variant_samples.py (which recomputes a run's batches under other estimators) share it."""
     est = estimator(a.estimator)
-    batch = pl.read_parquet(ctx.inputs[BUILD_BATCH] / BATCH_FILE)
-    state = (load_estimator_state(ctx.earlier(SAVE_CHECKPOINT, at=ctx.k - 1))
-             if ctx.k > 0 else {})
     with_adv, new = est.estimate(batch, est.options(a), state.get(est.name))
     if est.stateful:
         state = {**state, est.name: new}
@@ -110,7 +110,6 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
         if a.action_memory:
             state = {**state, GREEDY_MEMORY: memory}
             metrics["batch/remembered_states"] = float(len(memory))
-    write_json(out / ESTIMATOR_STATE, state)
     if a.train_actions != "sampled":
         metrics["batch/counterfactual_rows"] = float(with_adv[COUNTERFACTUAL].sum())
     if a.drop_zero_advantage:
@@ -120,6 +119,17 @@ def compute_advantages(ctx: StageContext, out: Path) -> dict:
                               "reward", "advantage", "prompt_ids", "completion_ids",
                               "logprobs", "temperature",
                               *([COUNTERFACTUAL] if a.train_actions != "sampled" else []))
+    return samples, state, metrics
+
+
+@iteration_stage(COMPUTE_ADVANTAGES)
+def compute_advantages(ctx: StageContext, out: Path) -> dict:
+    """Advantages of the batch by the configured estimator; the samples the trainer reads."""
+    batch = pl.read_parquet(ctx.inputs[BUILD_BATCH] / BATCH_FILE)
+    state = (load_estimator_state(ctx.earlier(SAVE_CHECKPOINT, at=ctx.k - 1))
+             if ctx.k > 0 else {})
+    samples, state, metrics = advantage_samples(ctx.cfg.algorithm, batch, state)
+    write_json(out / ESTIMATOR_STATE, state)
     samples.write_parquet(out / SAMPLES_FILE)
     adv = samples["advantage"]
     return metrics | {"batch/samples": float(len(samples)),

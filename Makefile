@@ -177,9 +177,11 @@ lab: setup
 # How many Tic-Tac-Toe positions a policy that learns them one by one must be taught to reach
 # a score (docs/lab.md, mars_core/lab/coverage.py): no model, a table policy scored exactly
 # against bot:random and by sampled games against bot:mcts-10; priced in CPU-hours by the probe
-# above where `make lab GAME=tic_tac_toe ARMS=5` has run. STEP=n positions a round (100).
+# above where `make lab GAME=tic_tac_toe ARMS=5` has run. STEP=n positions a round (100);
+# ORDER=gain: the positions worth most against bot:random first (default: the most visited).
 lab-coverage: setup
-	$(PY) bench/coverage.py --step $(or $(STEP),100) --out runs/lab/coverage/coverage.json \
+	$(PY) bench/coverage.py --step $(or $(STEP),100) --order $(or $(ORDER),visits) \
+	    --out runs/lab/coverage/coverage$(if $(ORDER),_$(ORDER)).json \
 	    $(if $(wildcard runs/lab/probe_tic_tac_toe/arm_5.json),--probe runs/lab/probe_tic_tac_toe/arm_5.json)
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o

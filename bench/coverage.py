@@ -1,13 +1,13 @@
 """How many Tic-Tac-Toe positions must be taught, one by one, to reach a score (docs/lab.md,
 `mars_core/lab/coverage.py`): a table policy optimal in a fitted set of positions and uniform
-elsewhere, the set grown most visited first; its exact score against `bot:random`, its sampled
+elsewhere, the set grown most visited first (or, `--order gain`, worth most first); its exact score against `bot:random`, its sampled
 score against `bot:mcts-10`, the share of its decisions the set covers. With `--probe` (a
 capacity-probe arm's JSON, `runs/lab/<probe>/arm_<i>.json`) each row also prices the set at that
 probe's cost, its seconds to fit divided by its positions, on its CPU: a lower bound, since the
 probe's 64 positions fit slower a position than its 24. Prints figures; asserts nothing.
 
     python bench/coverage.py [--step 25] [--limit N] [--games-per-seat 300] [--until 85 35]
-                             [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out coverage.json]
+                             [--order visits|gain] [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out coverage.json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from mars_core.lab.coverage import curve
+from mars_core.lab.coverage import ORDERS, curve
 
 
 def probe_cost(path: Path) -> tuple[float, int, str]:
@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="sampled games a seat against bot:mcts-10, each round (default 300)")
     ap.add_argument("--until", type=float, nargs=2, default=(85.0, 35.0),
                     metavar=("RANDOM", "MCTS"), help="stop once both scores reach these (85 35)")
+    ap.add_argument("--order", choices=ORDERS, default="visits",
+                    help="visits: the most reached positions first (a learner's order); gain: "
+                         "those worth most against bot:random first (a curriculum that knows "
+                         "the answer: the fewest positions for that score)")
     ap.add_argument("--probe", type=Path, default=None,
                     help="a capacity-probe arm's JSON, to price each row in CPU-hours")
     ap.add_argument("--seed", type=int, default=0)
@@ -51,11 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         cost = probe_cost(args.probe) if args.probe else None
         t0 = time.perf_counter()
         rounds = curve(step=args.step, limit=args.limit, games_per_seat=args.games_per_seat,
-                       seed=args.seed, until=tuple(args.until))
+                       seed=args.seed, until=tuple(args.until), order=args.order)
     except ValueError as e:
         print(f"coverage: {e}", file=sys.stderr)
         return 2
-    print(f"Tic-Tac-Toe positions taught one by one, most visited first ({len(rounds)} rounds, "
+    first = "most visited" if args.order == "visits" else "worth most against bot:random"
+    print(f"Tic-Tac-Toe positions taught one by one, {first} first ({len(rounds)} rounds, "
           f"{time.perf_counter() - t0:.0f} s)")
     if cost:
         print(f"priced at the probe's {cost[0]:.0f} s a position ({cost[1]} full-batch steps to "

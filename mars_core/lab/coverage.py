@@ -6,8 +6,8 @@ The capacity probe's held-out positions found that it does: fitting 24 decisive 
 its model of the policy: a *table policy* that plays an optimal move (uniformly among the
 optimal ones, minimax labels as the probe's) in the positions of a fitted set, and a uniformly
 random legal move everywhere else (the start policy, 41% optimal where it matters, is as good
-as uniform there; invalid replies are left out). It then grows the fitted set greedily, most
-visited first, and reports after each round:
+as uniform there; invalid replies are left out). It then grows the fitted set greedily and
+reports after each round:
 
 - the exact normalized score (0-100) against `bot:random`, both seats averaged: every game
   path is enumerated, nothing is sampled;
@@ -17,8 +17,9 @@ visited first, and reports after each round:
 
 The next round's positions are the unfitted decisive positions the policy reaches most often
 against both opponents (exact reach probabilities against `bot:random`, plus visit
-frequencies in the sampled MCTS games), so the curve is the fewest positions, taken in the
-order a learner meeting them by play would meet them most, for each score.
+frequencies in the sampled MCTS games): the order a learner meeting positions by play would
+meet them most. Or (`order="gain"`) those whose fitting would raise the exact score against
+`bot:random` most: a curriculum that knew the answer, the fewest positions for that score.
 """
 from __future__ import annotations
 
@@ -124,6 +125,40 @@ def sampled_vs_mcts(fitted: Iterable[Position], games_per_seat: int, simulations
     return mean, 1.96 * (var / n) ** 0.5, visits
 
 
+def gains_vs_random(fitted: Iterable[Position]) -> dict[Position, float]:
+    """For each decisive position the table policy reaches and has not fitted: how many
+    normalized points (0-100, both seats averaged) its exact score against a random opponent
+    would gain by fitting that position alone, the rest of its play unchanged: the position's
+    reach times the gap between its optimal moves' and its uniform move's expected outcome."""
+    fitted = frozenset(fitted)
+    _, reach = exact_vs_random(fitted)
+    memo: dict[tuple[str, str], float] = {}
+
+    def outcome(board: str, seat: str) -> float:
+        """The seat's expected score from `board` on, the table policy against random."""
+        if (board, seat) not in memo:
+            out = _outcome(board, seat)
+            if out is None:
+                mark = _mark(board)
+                moves = (policy_moves(board, mark, fitted) if mark == seat
+                         else [i for i, c in enumerate(board) if c == "."])
+                out = sum(outcome(board[:m] + mark + board[m + 1:], seat)
+                          for m in moves) / len(moves)
+            memo[(board, seat)] = out
+        return memo[(board, seat)]
+
+    gains = {}
+    for (board, mark), p in reach.items():
+        if (board, mark) in fitted:
+            continue
+        after = {m: outcome(board[:m] + mark + board[m + 1:], mark)
+                 for m in (i for i, c in enumerate(board) if c == ".")}
+        best = optimal_moves(board, mark)
+        gap = sum(after[m] for m in best) / len(best) - sum(after.values()) / len(after)
+        gains[(board, mark)] = 100.0 * p * gap / 2
+    return gains
+
+
 @dataclass(frozen=True)
 class Round:
     positions: int  # fitted positions after this round
@@ -138,14 +173,23 @@ def _covered(fitted: frozenset, weights: dict[Position, float]) -> float:
     return sum(w for p, w in weights.items() if p in fitted) / total if total else 1.0
 
 
+ORDERS = ("visits", "gain")
+
+
 def curve(step: int = 25, limit: int | None = None, games_per_seat: int = 200,
-          seed: int = 0, until: tuple[float, float] | None = (85.0, 35.0)) -> list[Round]:
-    """Grow the fitted set `step` positions a round, most visited first, from none; stop when
-    both scores reach `until` (vs `bot:random`, vs `bot:mcts-10`), when the set holds `limit`
-    positions, or when no unfitted decisive position is visited any more. The first round is
-    the empty set (the start)."""
+          seed: int = 0, until: tuple[float, float] | None = (85.0, 35.0),
+          order: str = "visits") -> list[Round]:
+    """Grow the fitted set `step` positions a round from none; stop when both scores reach
+    `until` (vs `bot:random`, vs `bot:mcts-10`), when the set holds `limit` positions, or when
+    no unfitted decisive position is reached any more. The first round is the empty set (the
+    start). `order` "visits": the positions reached most often first (against both opponents);
+    "gain": those whose fitting alone would raise the exact score against `bot:random` most
+    (`gains_vs_random`): a curriculum that knew the answer, so the fewest positions for that
+    score a learner of separate facts could need."""
     if step < 1 or games_per_seat < 2:
         raise ValueError("coverage: step must be >= 1 and games_per_seat >= 2")
+    if order not in ORDERS:
+        raise ValueError(f"coverage: order {order!r} is not one of {', '.join(ORDERS)}")
     fitted: frozenset[Position] = frozenset()
     rounds = []
     while True:
@@ -157,7 +201,10 @@ def curve(step: int = 25, limit: int | None = None, games_per_seat: int = 200,
             weights[p] += v / games_per_seat
         rounds.append(Round(len(fitted), vs_random, vs_mcts, ci, _covered(fitted, weights)))
         done = until is not None and vs_random >= until[0] and vs_mcts >= until[1]
-        todo = sorted((p for p in weights if p not in fitted), key=lambda p: (-weights[p], p))
+        if order == "gain":
+            weights = defaultdict(float, gains_vs_random(fitted))
+        todo = sorted((p for p in weights if p not in fitted and weights[p] > 0),
+                      key=lambda p: (-weights[p], p))
         if done or not todo or (limit is not None and len(fitted) >= limit):
             return rounds
         room = step if limit is None else min(step, limit - len(fitted))

@@ -66,6 +66,19 @@ def test_reach_is_the_policys_visits_to_decisive_positions():
     assert sum(after.values()) != pytest.approx(sum(reach.values()))
 
 
+def test_a_positions_gain_is_exactly_what_fitting_it_alone_adds():
+    fitted = frozenset(random.Random(2).sample(sorted(ALL), 100))
+    base = coverage.exact_vs_random(fitted)[0]
+    gains = coverage.gains_vs_random(fitted)
+    assert not set(gains) & fitted and set(gains) <= ALL
+    best = max(gains, key=gains.get)
+    for p in [best, *random.Random(3).sample(sorted(gains), 5)]:
+        assert gains[p] == pytest.approx(coverage.exact_vs_random(fitted | {p})[0] - base,
+                                         abs=1e-9)
+    # from nothing, the best single position is one of O's answers to an opening
+    assert max(coverage.gains_vs_random(set()).items(), key=lambda kv: kv[1])[0][1] == "O"
+
+
 def test_sampled_games_against_mcts_are_reproducible_and_minimax_play_beats_uniform():
     a = coverage.sampled_vs_mcts(set(), games_per_seat=6, seed=3)
     assert a == coverage.sampled_vs_mcts(set(), games_per_seat=6, seed=3)
@@ -86,6 +99,12 @@ def test_the_curve_grows_the_set_most_visited_first_and_stops_where_asked():
     assert len(coverage.curve(step=10, games_per_seat=2, until=(0, 0))) == 1
     with pytest.raises(ValueError, match="step must be >= 1"):
         coverage.curve(step=0)
+    with pytest.raises(ValueError, match="order 'best' is not one of visits, gain"):
+        coverage.curve(order="best")
+    # the answer-knowing order buys more score against random with the same positions
+    by_gain = coverage.curve(step=20, limit=20, games_per_seat=2, until=None, order="gain")
+    by_visits = coverage.curve(step=20, limit=20, games_per_seat=2, until=None)
+    assert by_gain[1].vs_random > by_visits[1].vs_random
 
 
 def test_the_bench_prints_the_table_and_prices_it_by_a_probe(tmp_path):
@@ -94,10 +113,12 @@ def test_the_bench_prints_the_table_and_prices_it_by_a_probe(tmp_path):
                                "cpu": "a CPU"}))
     out = tmp_path / "c.json"
     run = subprocess.run([sys.executable, str(REPO / "bench" / "coverage.py"), "--step", "5",
-                          "--limit", "5", "--games-per-seat", "2", "--probe", str(arm),
+                          "--limit", "5", "--games-per-seat", "2", "--order", "gain",
+                          "--probe", str(arm),
                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "| 0 | 50.0 |" in run.stdout and "50 s a position" in run.stdout
+    assert "worth most against bot:random first" in run.stdout
     rows = json.loads(out.read_text())["rounds"]
     assert [r["positions"] for r in rows] == [0, 5]
     assert f"| 5 | {rows[1]['vs_random']:.1f} |" in run.stdout

@@ -19,7 +19,7 @@ The next round's positions are the unfitted decisive positions the policy reache
 against both opponents (exact reach probabilities against `bot:random`, plus visit
 frequencies in the sampled MCTS games): the order a learner meeting positions by play would
 meet them most. Or (`order="gain"`) those whose fitting would raise the exact score against
-`bot:random` most: a curriculum that knew the answer, the fewest positions for that score.
+`bot:random` most: a curriculum that knew the answer, near the fewest positions for that score.
 """
 from __future__ import annotations
 
@@ -184,8 +184,8 @@ def curve(step: int = 25, limit: int | None = None, games_per_seat: int = 200,
     no unfitted decisive position is reached any more. The first round is the empty set (the
     start). `order` "visits": the positions reached most often first (against both opponents);
     "gain": those whose fitting alone would raise the exact score against `bot:random` most
-    (`gains_vs_random`): a curriculum that knew the answer, so the fewest positions for that
-    score a learner of separate facts could need."""
+    (`gains_vs_random`): a curriculum that knew the answer, greedy round by round, so near
+    (not proven) the fewest positions for that score a learner of separate facts could need."""
     if step < 1 or games_per_seat < 2:
         raise ValueError("coverage: step must be >= 1 and games_per_seat >= 2")
     if order not in ORDERS:

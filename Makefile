@@ -178,10 +178,12 @@ lab: setup
 # a score (docs/lab.md, mars_core/lab/coverage.py): no model, a table policy scored exactly
 # against bot:random and by sampled games against bot:mcts-10; priced in CPU-hours by the probe
 # above where `make lab GAME=tic_tac_toe ARMS=5` has run. STEP=n positions a round (100);
-# ORDER=gain: the positions worth most against bot:random first (default: the most visited).
+# ORDER=gain: the positions worth most against bot:random first (default: the most visited);
+# LABELS=random_best: teach the best response to bot:random (default: minimax, the probe's).
 lab-coverage: setup
 	$(PY) bench/coverage.py --step $(or $(STEP),100) --order $(or $(ORDER),visits) \
-	    --out runs/lab/coverage/coverage$(if $(ORDER),_$(ORDER)).json \
+	    --labels $(or $(LABELS),minimax) \
+	    --out runs/lab/coverage/coverage$(if $(ORDER),_$(ORDER))$(if $(LABELS),_$(LABELS)).json \
 	    $(if $(wildcard runs/lab/probe_tic_tac_toe/arm_5.json),--probe runs/lab/probe_tic_tac_toe/arm_5.json)
 
 # The method's claims, measured (docs/claims.md): MARS, w/o turn-level credit, w/o

@@ -7,7 +7,7 @@ probe's cost, its seconds to fit divided by its positions, on its CPU: a lower b
 probe's 64 positions fit slower a position than its 24. Prints figures; asserts nothing.
 
     python bench/coverage.py [--step 25] [--limit N] [--games-per-seat 300] [--until 85 35]
-                             [--order visits|gain] [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out coverage.json]
+                             [--order visits|gain] [--labels minimax|random_best] [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out coverage.json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from mars_core.lab.coverage import ORDERS, curve
+from mars_core.lab.coverage import LABELS, ORDERS, curve
 
 
 def probe_cost(path: Path) -> tuple[float, int, str]:
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="visits: the most reached positions first (a learner's order); gain: "
                          "those worth most against bot:random first (a curriculum that knows "
                          "the answer: the fewest positions for that score)")
+    ap.add_argument("--labels", choices=LABELS, default="minimax",
+                    help="what a fitted position is taught: minimax (the probe's labels) or "
+                         "random_best (the best response to bot:random)")
     ap.add_argument("--probe", type=Path, default=None,
                     help="a capacity-probe arm's JSON, to price each row in CPU-hours")
     ap.add_argument("--seed", type=int, default=0)
@@ -55,12 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         cost = probe_cost(args.probe) if args.probe else None
         t0 = time.perf_counter()
         rounds = curve(step=args.step, limit=args.limit, games_per_seat=args.games_per_seat,
-                       seed=args.seed, until=tuple(args.until), order=args.order)
+                       seed=args.seed, until=tuple(args.until), order=args.order,
+                       labels=args.labels)
     except ValueError as e:
         print(f"coverage: {e}", file=sys.stderr)
         return 2
     first = "most visited" if args.order == "visits" else "worth most against bot:random"
-    print(f"Tic-Tac-Toe positions taught one by one, {first} first ({len(rounds)} rounds, "
+    print(f"Tic-Tac-Toe positions taught one by one ({args.labels} labels), {first} first "
+          f"({len(rounds)} rounds, "
           f"{time.perf_counter() - t0:.0f} s)")
     if cost:
         print(f"priced at the probe's {cost[0]:.0f} s a position ({cost[1]} full-batch steps to "

@@ -27,6 +27,8 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
 
 from mars_core.lab.tictactoe import optimal_moves, winner
 
@@ -46,20 +48,54 @@ def _outcome(board: str, seat: str) -> float | None:
     return 0.5 if "." not in board else None
 
 
-def decisive(board: str, mark: str) -> bool:
-    """Some legal move is not optimal: the move matters (the probe's positions)."""
-    return len(optimal_moves(board, mark)) < board.count(".")
+# which moves a fitted position is taught: "minimax" the optimal ones under perfect play (the
+# probe's labels); "random_best" those of highest expected score against a uniformly random
+# opponent, playing so to the end (the best response to `bot:random`: the labels that serve
+# the score against it best, where minimax's are indifferent, e.g. the opening)
+LABELS = ("minimax", "random_best")
 
 
-def policy_moves(board: str, mark: str, fitted: set[Position] | frozenset) -> list[int]:
-    """The table policy's moves, each equally likely: the optimal ones where fitted, else
+@cache
+def _random_best_value(board: str, seat: str) -> Fraction:
+    """`seat`'s expected score from `board` on, playing the best response to a uniformly random
+    opponent (exact: fractions, so ties are ties)."""
+    out = _outcome(board, seat)
+    if out is not None:
+        return Fraction(out)
+    mark = _mark(board)
+    values = [_random_best_value(board[:m] + mark + board[m + 1:], seat)
+              for m, c in enumerate(board) if c == "."]
+    return max(values) if mark == seat else sum(values) / len(values)
+
+
+@cache
+def label_moves(board: str, mark: str, labels: str = "minimax") -> frozenset[int]:
+    """The moves a fitted position is taught under `labels`."""
+    if labels == "minimax":
+        return frozenset(optimal_moves(board, mark))
+    values = {m: _random_best_value(board[:m] + mark + board[m + 1:], mark)
+              for m, c in enumerate(board) if c == "."}
+    top = max(values.values())
+    return frozenset(m for m, v in values.items() if v == top)
+
+
+def decisive(board: str, mark: str, labels: str = "minimax") -> bool:
+    """Some legal move is not a labelled one: the move matters (the probe's positions, under
+    minimax labels)."""
+    return len(label_moves(board, mark, labels)) < board.count(".")
+
+
+def policy_moves(board: str, mark: str, fitted: set[Position] | frozenset,
+                 labels: str = "minimax") -> list[int]:
+    """The table policy's moves, each equally likely: the labelled ones where fitted, else
     every legal one."""
     if (board, mark) in fitted:
-        return sorted(optimal_moves(board, mark))
+        return sorted(label_moves(board, mark, labels))
     return [i for i, c in enumerate(board) if c == "."]
 
 
-def exact_vs_random(fitted: Iterable[Position]) -> tuple[float, dict[Position, float]]:
+def exact_vs_random(fitted: Iterable[Position],
+                    labels: str = "minimax") -> tuple[float, dict[Position, float]]:
     """(the table policy's expected normalized score against a uniformly random opponent, both
     seats averaged, 0-100; the probability that the policy decides in each decisive position,
     summed over the two seats, so that a position's weight is its expected visits per pair of
@@ -77,8 +113,8 @@ def exact_vs_random(fitted: Iterable[Position]) -> tuple[float, dict[Position, f
                     continue
                 mark = _mark(board)
                 if mark == seat:
-                    moves = policy_moves(board, mark, fitted)
-                    if decisive(board, mark):
+                    moves = policy_moves(board, mark, fitted, labels)
+                    if decisive(board, mark, labels):
                         reach[(board, mark)] += p
                 else:
                     moves = [i for i, c in enumerate(board) if c == "."]
@@ -89,7 +125,7 @@ def exact_vs_random(fitted: Iterable[Position]) -> tuple[float, dict[Position, f
 
 
 def sampled_vs_mcts(fitted: Iterable[Position], games_per_seat: int, simulations: int = 10,
-                    seed: int = 0) -> tuple[float, float, Counter]:
+                    seed: int = 0, labels: str = "minimax") -> tuple[float, float, Counter]:
     """(the table policy's mean normalized score against OpenSpiel's MCTS with `simulations`
     simulations, as `bot:mcts-N` plays it, over `games_per_seat` games a seat; its 95%
     half-width; how often the policy decided in each decisive position)."""
@@ -111,9 +147,9 @@ def sampled_vs_mcts(fitted: Iterable[Position], games_per_seat: int, simulations
             while (out := _outcome(board, seat)) is None:
                 mark = _mark(board)
                 if mark == seat:
-                    if decisive(board, mark):
+                    if decisive(board, mark, labels):
                         visits[(board, mark)] += 1
-                    cell = rng.choice(policy_moves(board, mark, fitted))
+                    cell = rng.choice(policy_moves(board, mark, fitted, labels))
                 else:
                     cell = int(bot.step(state))
                 state.apply_action(cell)  # OpenSpiel's action is the cell, row by row
@@ -125,13 +161,13 @@ def sampled_vs_mcts(fitted: Iterable[Position], games_per_seat: int, simulations
     return mean, 1.96 * (var / n) ** 0.5, visits
 
 
-def gains_vs_random(fitted: Iterable[Position]) -> dict[Position, float]:
+def gains_vs_random(fitted: Iterable[Position], labels: str = "minimax") -> dict[Position, float]:
     """For each decisive position the table policy reaches and has not fitted: how many
     normalized points (0-100, both seats averaged) its exact score against a random opponent
     would gain by fitting that position alone, the rest of its play unchanged: the position's
-    reach times the gap between its optimal moves' and its uniform move's expected outcome."""
+    reach times the gap between its labelled moves' and its uniform move's expected outcome."""
     fitted = frozenset(fitted)
-    _, reach = exact_vs_random(fitted)
+    _, reach = exact_vs_random(fitted, labels)
     memo: dict[tuple[str, str], float] = {}
 
     def outcome(board: str, seat: str) -> float:
@@ -140,7 +176,7 @@ def gains_vs_random(fitted: Iterable[Position]) -> dict[Position, float]:
             out = _outcome(board, seat)
             if out is None:
                 mark = _mark(board)
-                moves = (policy_moves(board, mark, fitted) if mark == seat
+                moves = (policy_moves(board, mark, fitted, labels) if mark == seat
                          else [i for i, c in enumerate(board) if c == "."])
                 out = sum(outcome(board[:m] + mark + board[m + 1:], seat)
                           for m in moves) / len(moves)
@@ -153,7 +189,7 @@ def gains_vs_random(fitted: Iterable[Position]) -> dict[Position, float]:
             continue
         after = {m: outcome(board[:m] + mark + board[m + 1:], mark)
                  for m in (i for i, c in enumerate(board) if c == ".")}
-        best = optimal_moves(board, mark)
+        best = label_moves(board, mark, labels)
         gap = sum(after[m] for m in best) / len(best) - sum(after.values()) / len(after)
         gains[(board, mark)] = 100.0 * p * gap / 2
     return gains
@@ -178,23 +214,27 @@ ORDERS = ("visits", "gain")
 
 def curve(step: int = 25, limit: int | None = None, games_per_seat: int = 200,
           seed: int = 0, until: tuple[float, float] | None = (85.0, 35.0),
-          order: str = "visits") -> list[Round]:
+          order: str = "visits", labels: str = "minimax") -> list[Round]:
     """Grow the fitted set `step` positions a round from none; stop when both scores reach
     `until` (vs `bot:random`, vs `bot:mcts-10`), when the set holds `limit` positions, or when
     no unfitted decisive position is reached any more. The first round is the empty set (the
     start). `order` "visits": the positions reached most often first (against both opponents);
     "gain": those whose fitting alone would raise the exact score against `bot:random` most
     (`gains_vs_random`): a curriculum that knew the answer, greedy round by round, so near
-    (not proven) the fewest positions for that score a learner of separate facts could need."""
+    (not proven) the fewest positions for that score a learner of separate facts could need.
+    `labels`: what a fitted position is taught (`LABELS`)."""
     if step < 1 or games_per_seat < 2:
         raise ValueError("coverage: step must be >= 1 and games_per_seat >= 2")
     if order not in ORDERS:
         raise ValueError(f"coverage: order {order!r} is not one of {', '.join(ORDERS)}")
+    if labels not in LABELS:
+        raise ValueError(f"coverage: labels {labels!r} is not one of {', '.join(LABELS)}")
     fitted: frozenset[Position] = frozenset()
     rounds = []
     while True:
-        vs_random, reach = exact_vs_random(fitted)
-        vs_mcts, ci, visits = sampled_vs_mcts(fitted, games_per_seat, seed=seed + len(rounds))
+        vs_random, reach = exact_vs_random(fitted, labels)
+        vs_mcts, ci, visits = sampled_vs_mcts(fitted, games_per_seat, seed=seed + len(rounds),
+                                              labels=labels)
         # a position's weight: expected visits per pair of games against each opponent
         weights = defaultdict(float, reach)
         for p, v in visits.items():
@@ -202,7 +242,7 @@ def curve(step: int = 25, limit: int | None = None, games_per_seat: int = 200,
         rounds.append(Round(len(fitted), vs_random, vs_mcts, ci, _covered(fitted, weights)))
         done = until is not None and vs_random >= until[0] and vs_mcts >= until[1]
         if order == "gain":
-            weights = defaultdict(float, gains_vs_random(fitted))
+            weights = defaultdict(float, gains_vs_random(fitted, labels))
         todo = sorted((p for p in weights if p not in fitted and weights[p] > 0),
                       key=lambda p: (-weights[p], p))
         if done or not todo or (limit is not None and len(fitted) >= limit):

@@ -51,6 +51,43 @@ def test_the_exact_score_against_random_matches_a_recursion_over_the_tree():
     assert start < part < full and full == pytest.approx(93.63, abs=0.01)
 
 
+def _positions(labels: str) -> frozenset:
+    """Every reachable position not over where some move is not labelled."""
+    found = set()
+
+    def walk(board: str) -> None:
+        if winner(board) is not None or "." not in board or board in seen:
+            return
+        seen.add(board)
+        mark = "X" if board.count("X") == board.count("O") else "O"
+        if coverage.decisive(board, mark, labels):
+            found.add((board, mark))
+        for i in (i for i, c in enumerate(board) if c == "."):
+            walk(board[:i] + mark + board[i + 1:])
+
+    seen: set[str] = set()
+    walk("." * 9)
+    return frozenset(found)
+
+
+def test_best_response_labels_score_what_expectimax_says_and_above_minimax():
+    assert _positions("minimax") == ALL
+    best = _positions("random_best")
+    # playing the best response to a random opponent everywhere scores its expectimax value
+    expect = float(coverage._random_best_value("." * 9, "X") + coverage._random_best_value(
+        "." * 9, "O")) / 2 * 100
+    assert coverage.exact_vs_random(best, "random_best")[0] == pytest.approx(expect, abs=1e-9)
+    assert expect == pytest.approx(97.99, abs=0.01)  # minimax play: 93.63
+    # against random the opening matters (a corner), where under perfect play it does not
+    assert coverage.label_moves("." * 9, "X", "random_best") == {0, 2, 6, 8}
+    assert ("." * 9, "X") in best and ("." * 9, "X") not in ALL
+    # a win in one is a label under both
+    assert coverage.label_moves("XX.OO....", "X", "random_best") == {2}
+    assert coverage.label_moves("XX.OO....", "X") == {2}
+    with pytest.raises(ValueError, match="labels 'nash' is not one of minimax, random_best"):
+        coverage.curve(labels="nash")
+
+
 def test_reach_is_the_policys_visits_to_decisive_positions():
     _, reach = coverage.exact_vs_random(set())
     assert set(reach) <= ALL and all(0 < p <= 1 for p in reach.values())
@@ -114,11 +151,12 @@ def test_the_bench_prints_the_table_and_prices_it_by_a_probe(tmp_path):
     out = tmp_path / "c.json"
     run = subprocess.run([sys.executable, str(REPO / "bench" / "coverage.py"), "--step", "5",
                           "--limit", "5", "--games-per-seat", "2", "--order", "gain",
+                          "--labels", "random_best",
                           "--probe", str(arm),
                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "| 0 | 50.0 |" in run.stdout and "50 s a position" in run.stdout
-    assert "worth most against bot:random first" in run.stdout
+    assert "(random_best labels), worth most against bot:random first" in run.stdout
     rows = json.loads(out.read_text())["rounds"]
     assert [r["positions"] for r in rows] == [0, 5]
     assert f"| 5 | {rows[1]['vs_random']:.1f} |" in run.stdout

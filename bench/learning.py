@@ -35,7 +35,7 @@ offline.apply()
 
 from cli.main import main as mars  # noqa: E402
 from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
-from mars_core.lab import kuhn, tictactoe  # noqa: E402
+from mars_core.lab import coverage, kuhn, tictactoe  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
@@ -148,8 +148,12 @@ def ttt_optimal_rates(episodes) -> dict[str, tuple[float, int]]:
     """How often the policy's valid Tic-Tac-Toe moves are minimax-optimal
     (`mars_core.lab.tictactoe`): "all" its moves, "decisive" those in positions where some
     legal move is not optimal (elsewhere any move is), each (share, moves); and "chance", what
-    a uniformly random move would score in those decisive positions."""
-    counts = {"all": [0, 0], "decisive": [0, 0], "chance": [0.0, 0]}
+    a uniformly random move would score in those decisive positions. "vs_random" and
+    "vs_random_chance" the same for the best response to a random opponent
+    (`coverage.label_moves(..., "random_best")`, where some move is not one): what
+    `bot:random` rewards, where minimax is indifferent (the opening: a corner)."""
+    counts = {"all": [0, 0], "decisive": [0, 0], "chance": [0.0, 0], "vs_random": [0, 0],
+              "vs_random_chance": [0.0, 0]}
     for ep in episodes:
         for t in ep.turns:
             if t.game != "tic_tac_toe" or t.agent != "policy" or not t.valid:
@@ -165,6 +169,12 @@ def ttt_optimal_rates(episodes) -> dict[str, tuple[float, int]]:
             if len(kinds) == 2:
                 counts["chance"][0] += len(best) / seen[0].count(".")
                 counts["chance"][1] += 1
+            if coverage.decisive(*seen, labels="random_best"):
+                reply = coverage.label_moves(*seen, labels="random_best")
+                counts["vs_random"][0] += cell in reply
+                counts["vs_random"][1] += 1
+                counts["vs_random_chance"][0] += len(reply) / seen[0].count(".")
+                counts["vs_random_chance"][1] += 1
     return {k: (hit / n, n) for k, (hit, n) in counts.items() if n}
 
 
@@ -172,12 +182,17 @@ def optimal_markdown(rates: dict[str, dict]) -> str:
     rates = {label: r for label, r in rates.items() if r}
     if not rates:
         return ""
-    out = ["\n## Tic-Tac-Toe: the policy's valid moves that are minimax-optimal\n",
-           "| policy | all moves | where some move is not optimal | a random move there |",
-           "|---|---|---|---|"]
-    out += [f"| {label} | " + " | ".join(f"{r[k][0]:.0%} (n={r[k][1]})" if k in r else "-"
-                                        for k in ("all", "decisive"))
-            + (f" | {r['chance'][0]:.0%} |" if "chance" in r else " | - |")
+    out = ["\n## Tic-Tac-Toe: the policy's valid moves that are minimax-optimal, and that "
+           "best-respond to a random opponent\n",
+           "| policy | all moves | where some move is not optimal | a random move there "
+           "| best reply to random, where it matters | a random move there |",
+           "|---|---|---|---|---|---|"]
+
+    def cell(r: dict, k: str, n: bool = True) -> str:
+        return (f"{r[k][0]:.0%}" + (f" (n={r[k][1]})" if n else "")) if k in r else "-"
+
+    out += [f"| {label} | {cell(r, 'all')} | {cell(r, 'decisive')} | {cell(r, 'chance', False)} "
+            f"| {cell(r, 'vs_random')} | {cell(r, 'vs_random_chance', False)} |"
             for label, r in rates.items()]
     return "\n".join(out) + "\n"
 

@@ -176,8 +176,11 @@ def test_the_learning_report_counts_optimal_moves():
     rates = learning.ttt_optimal_rates([Turn(turns=turns)])
     assert rates["all"] == (2 / 3, 3) and rates["decisive"] == (0.5, 2)
     assert rates["chance"] == (0.2, 2)
-    assert "| iter 6 | 67% (n=3) | 50% (n=2) | 20% |" in learning.optimal_markdown(
-        {"iter 6": rates})
+    # against a random opponent the opening matters (a corner), so the centre misses there
+    assert rates["vs_random"] == (1 / 3, 3)
+    assert rates["vs_random_chance"][0] == pytest.approx((0.2 + 0.2 + 4 / 9) / 3)
+    assert "| iter 6 | 67% (n=3) | 50% (n=2) | 20% | 33% (n=3) | 28% |" in (
+        learning.optimal_markdown({"iter 6": rates}))
 
 
 def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tmp_path):

@@ -1,13 +1,15 @@
 """How many Tic-Tac-Toe positions must be taught, one by one, to reach a score (docs/lab.md,
 `mars_core/lab/coverage.py`): a table policy optimal in a fitted set of positions and uniform
-elsewhere, the set grown most visited first (or, `--order gain`, worth most first); its exact score against `bot:random`, its sampled
-score against `bot:mcts-10`, the share of its decisions the set covers. With `--probe` (a
+elsewhere, the set grown most visited first (or, `--order gain`, worth most first); its exact
+score against `bot:random`, its sampled score against `bot:mcts-10`, the share of its decisions
+the set covers. With `--probe` (a
 capacity-probe arm's JSON, `runs/lab/<probe>/arm_<i>.json`) each row also prices the set at that
 probe's cost, its seconds to fit divided by its positions, on its CPU: a lower bound, since the
 probe's 64 positions fit slower a position than its 24. Prints figures; asserts nothing.
 
     python bench/coverage.py [--step 25] [--limit N] [--games-per-seat 300] [--until 85 35]
-                             [--order visits|gain] [--labels minimax|random_best] [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out coverage.json]
+                             [--order visits|gain] [--labels minimax|random_best]
+                             [--probe runs/lab/probe_tic_tac_toe/arm_5.json] [--out c.json]
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ def probe_cost(path: Path) -> tuple[float, int, str]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--probe {path}: not a capacity-probe arm's result ({e})") from None
     if steps is None or states < 1:
-        raise ValueError(f"--probe {path}: that arm never fitted its positions, so it prices nothing")
+        raise ValueError(f"--probe {path}: that arm never fitted its positions, so it prices "
+                         "nothing")
     return seconds / states, int(steps), arm.get("cpu", "unknown CPU")
 
 
@@ -70,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if cost:
         print(f"priced at the probe's {cost[0]:.0f} s a position ({cost[1]} full-batch steps to "
               f"fit; {args.probe}; {cost[2]})")
-    print("| positions fitted | vs bot:random (exact) | vs bot:mcts-10 (sampled) | decisions covered"
-          + (" | CPU-hours to fit |" if cost else " |"))
+    print("| positions fitted | vs bot:random (exact) | vs bot:mcts-10 (sampled) "
+          "| decisions covered" + (" | CPU-hours to fit |" if cost else " |"))
     print("|---:|---:|---:|---:|" + ("---:|" if cost else ""))
     for r in rounds:
         hours = f" {r.positions * cost[0] / 3600:.1f} |" if cost else ""

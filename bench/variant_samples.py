@@ -24,7 +24,8 @@ import polars as pl
 from mars_core.advantages.all_actions import COUNTERFACTUAL
 from mars_core.config import ConfigError, load_config
 from mars_core.run.checkpoint import load_estimator_state
-from mars_core.run.layout import BATCH_FILE, BUILD_BATCH, COMPUTE_ADVANTAGES, SAMPLES_FILE, SAVE_CHECKPOINT
+from mars_core.run.layout import (BATCH_FILE, BUILD_BATCH, COMPUTE_ADVANTAGES, SAMPLES_FILE,
+                                  SAVE_CHECKPOINT)
 from tasks.batching import advantage_samples
 
 VARIANTS = sorted(Path(__file__).resolve().parent.parent.glob("configs/ablations/variants/*.yaml"))

@@ -106,7 +106,7 @@ def advantage_samples(a: AlgorithmConfig, batch: pl.DataFrame,
                                     unit=a.label_advantage == "unit")
     elif a.train_actions == "greedy":
         with_adv, memory = with_greedy_actions(with_adv, state.get(GREEDY_MEMORY),
-                                               a.action_memory)
+                                               a.action_memory, a.action_memory_states)
         if a.action_memory:
             state = {**state, GREEDY_MEMORY: memory}
             metrics["batch/remembered_states"] = float(len(memory))

@@ -23,7 +23,8 @@ advantage 1, a cross-entropy step whose push fades where the state is already ri
 p), not where it is wrong. Once the policy stops sampling an action, its value is no longer
 measured; with `memory` > 0 the values of a state's actions are remembered from batch to batch
 (a running mean over the last `memory` measurements, saved with the checkpoint), so a state the
-policy plays wrong keeps its label after the policy stopped exploring it.
+policy plays wrong keeps its label after the policy stopped exploring it; it holds at most
+`algorithm.action_memory_states` states, the least recently measured forgotten first.
 
 `best_valued` takes its labels from the Monte-Carlo values of each turn's own state
 (`rollout.mc_rollouts`) instead of from other visits: every turn trains its state's move of
@@ -116,8 +117,8 @@ def _return_to_go(df: pl.DataFrame) -> list[float]:
     return rtg["__rtg"].to_list()
 
 
-def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None,
-                        window: int = 0) -> tuple[pl.DataFrame, dict]:
+def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None, window: int = 0,
+                        max_states: int | None = None) -> tuple[pl.DataFrame, dict]:
     """(`df` with a `counterfactual` column and the greedy rows, the memory after this batch).
 
     An action's value in a state is the mean return-to-go of the batch's valid turns that took
@@ -128,7 +129,10 @@ def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None,
     trains that action alone with advantage 1: a turn that took it gets advantage 1, a turn
     that took another valid action 0, and a turn that did not take it an added row of it (the
     completion most sampled for it there, else the remembered one with unknown behaviour
-    log-probs); an invalid turn keeps its own advantage. Other states' turns are unchanged."""
+    log-probs); an invalid turn keeps its own advantage. Other states' turns are unchanged.
+    The memory keeps its states in the order they were last measured; with `max_states` it keeps
+    at most that many, forgetting the least recently measured first (after this batch's labels
+    are chosen), so a game of many positions cannot grow it without bound."""
     _checked(df, "greedy", ("episode_id", "player", "turn", "reward"))
     memory = {} if window <= 0 else {s: {a: list(v) for a, v in acts.items()}
                                      for s, acts in (memory or {}).items()}
@@ -150,7 +154,8 @@ def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None,
             old = memory.get(s, {}).get(action)
             n_old = min(old[1], window) if old else 0
             value = (n_old * old[0] + len(ix) * mean) / (n_old + len(ix)) if old else mean
-            memory.setdefault(s, {})[action] = [value, n_old + len(ix), list(src["completion_ids"])]
+            memory[s] = memory.pop(s, {})  # the state becomes the most recently measured
+            memory[s][action] = [value, n_old + len(ix), list(src["completion_ids"])]
             mean = value
         values.setdefault(s, {})[action] = (mean, list(src["completion_ids"]),
                                             list(src["logprobs"] or []), src["temperature"])
@@ -178,6 +183,8 @@ def with_greedy_actions(df: pl.DataFrame, memory: dict | None = None,
                           "reply": "", "action": g, "advantage": GREEDY_ADVANTAGE,
                           COUNTERFACTUAL: True})
     frame = pl.DataFrame(out + added, schema={**df.schema, COUNTERFACTUAL: pl.Boolean})
+    if max_states is not None and len(memory) > max_states:
+        memory = dict(list(memory.items())[len(memory) - max_states:])
     return frame, memory
 
 

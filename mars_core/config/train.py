@@ -69,6 +69,9 @@ class AlgorithmConfig(_Section):
     # batch (saved with the checkpoint), so that an action the policy stopped sampling keeps its
     # value; 0: this batch's only
     action_memory: int = Field(0, ge=0)
+    # greedy with action_memory: the most states remembered (the least recently measured are
+    # forgotten first), so that a game of many positions cannot grow the checkpoint's state
+    action_memory_states: int = Field(65536, ge=1)
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
     # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is

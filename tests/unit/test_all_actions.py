@@ -170,6 +170,28 @@ def test_greedy_memory_keeps_the_label_of_an_action_no_longer_sampled():
     assert memory == {} and not out[COUNTERFACTUAL].any()
 
 
+def test_greedy_memory_forgets_the_least_recently_measured_states_beyond_its_bound():
+    def states(prompt):  # the memory's key of a state measured alone
+        return set(with_greedy_actions(_frame([_turn(9, prompt, "<BET>", 0.0)]), {}, 4)[1])
+
+    a, b, c = (states([k, 2]) for k in (1, 3, 5))
+    _, memory = with_greedy_actions(_frame([_turn(0, [1, 2], "<BET>", 1.0),
+                                            _turn(1, [3, 2], "<BET>", 1.0)]), {}, 4, 2)
+    assert set(memory) == a | b
+    # a measured again becomes the most recent; c then pushes out b, not a
+    _, memory = with_greedy_actions(_frame([_turn(2, [1, 2], "<PASS>", -1.0)]), memory, 4, 2)
+    _, memory = with_greedy_actions(_frame([_turn(3, [5, 2], "<BET>", 1.0)]), memory, 4, 2)
+    assert set(memory) == a | c and list(memory)[-1] in c
+    assert set(next(iter(memory.values()))) == {"<BET>", "<PASS>"}  # a keeps both its actions
+    # the bound does not change this batch's labels: a state forgotten after it still trained
+    out, memory = with_greedy_actions(_frame([_turn(4, [1, 2], "<BET>", 1.0),
+                                              _turn(5, [1, 2], "<PASS>", -1.0),
+                                              _turn(6, [3, 2], "<BET>", -1.0),
+                                              _turn(7, [3, 2], "<PASS>", 1.0)]), {}, 4, 1)
+    assert out.filter(~pl.col(COUNTERFACTUAL))["advantage"].to_list() == [1.0, 0.0, 0.0, 1.0]
+    assert set(memory) == b  # the batch's last measured state
+
+
 def test_the_stage_trains_greedy_rows_and_carries_the_memory_to_the_next_iteration(tmp_path,
                                                                                    monkeypatch):
     """compute_advantages with train_actions: greedy writes the marked rows the trainer reads and

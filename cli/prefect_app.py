@@ -15,7 +15,7 @@ UI's origins.
 
 `temporary_app` is the app of the temporary server a `mars` command starts without
 PREFECT_API_URL (cli/signals.py): Prefect's own, whose shutdown first lets the server record
-what the command sent. The command's last task runs reach the server as events that its
+what the command sent (`mars services`' server drains the same way, `services_app`). The command's last task runs reach the server as events that its
 services (the task-run recorder above all) write to the database one by one; a command that
 skips every task (a rerun of a finished run) sends a burst of them in its last second, and
 stopping the server then cancelled the recorder in the middle of a write: two `Error flushing
@@ -158,6 +158,15 @@ def temporary_app():
     return draining(create_app())
 
 
+def services_app(host: str, port: int) -> Guard:
+    """The app of `mars services`' Prefect server: Prefect's, draining its events at shutdown as
+    the temporary server's does (a Ctrl-C right after a run no longer cancels the recorder in
+    the middle of a write), behind the guard."""
+    from prefect.server.api.server import create_app
+
+    return Guard(draining(create_app(final=True)), machine_names(host), ui_origins(host, port))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m cli.prefect_app", description=__doc__)
     ap.add_argument("--host", required=True)
@@ -165,12 +174,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     import uvicorn
-    from prefect.server.api.server import create_app
     from prefect.settings import get_current_settings
 
     api = get_current_settings().server.api
-    app = Guard(create_app(final=True), machine_names(args.host),
-                ui_origins(args.host, args.port))
+    app = services_app(args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, timeout_keep_alive=api.keepalive_timeout,
                 ws_ping_interval=api.websocket_ping_interval,
                 ws_ping_timeout=api.websocket_ping_timeout,

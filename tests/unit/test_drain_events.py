@@ -1,6 +1,6 @@
 """The temporary Prefect server's shutdown waits for its event backlog (cli/prefect_app.py):
-until it is empty, or until it stops shrinking; and `mars` commands start Prefect's server with
-that app in place of Prefect's factory (cli/signals.py)."""
+until it is empty, or until it stops shrinking; `mars` commands start Prefect's server with
+that app in place of Prefect's factory (cli/signals.py), and `mars services`' server drains too."""
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +29,8 @@ def test_an_empty_backlog_does_not_wait():
     assert asyncio.run(drain_events(stall_s=60.0, backlog=lambda: 0)) == 0
 
 
-def test_the_shutdown_drains_before_the_apps_own_lifespan_ends(monkeypatch):
+def _lifespan_order(monkeypatch):
+    """(an app with a lifespan, a function that serves it and returns what happened in order)"""
     from contextlib import asynccontextmanager
 
     order = []
@@ -49,14 +50,35 @@ def test_the_shutdown_drains_before_the_apps_own_lifespan_ends(monkeypatch):
         return 0
 
     monkeypatch.setattr("cli.prefect_app.drain_events", drained)
-    app = draining(App())
 
-    async def serve():
-        async with app.router.lifespan_context(app):
-            order.append("serving")
+    def serve(app):
+        async def go():
+            async with app.router.lifespan_context(app):
+                order.append("serving")
 
-    asyncio.run(serve())
-    assert order == ["start", "serving", "drained", "services stopped"]
+        asyncio.run(go())
+        return order
+
+    return App(), serve
+
+
+def test_the_shutdown_drains_before_the_apps_own_lifespan_ends(monkeypatch):
+    app, serve = _lifespan_order(monkeypatch)
+    assert serve(draining(app)) == ["start", "serving", "drained", "services stopped"]
+
+
+def test_the_services_server_drains_behind_its_guard(monkeypatch):
+    import prefect.server.api.server as server
+
+    from cli.prefect_app import Guard, services_app
+
+    app, serve = _lifespan_order(monkeypatch)
+    made = []
+    monkeypatch.setattr(server, "create_app", lambda **k: made.append(k) or app)
+    guarded = services_app("127.0.0.1", 4200)
+    assert isinstance(guarded, Guard) and guarded.app is app and made == [{"final": True}]
+    assert "http://127.0.0.1:4200" in guarded.origins
+    assert serve(guarded.app) == ["start", "serving", "drained", "services stopped"]
 
 
 def test_the_temporary_server_runs_the_draining_app(monkeypatch):

@@ -16,8 +16,10 @@ Training is `mars train` (resumable: run it again to continue). Written beside t
   game, and the verdict: improved when the final paired difference exceeds twice its 95%
   half-width; in Kuhn Poker, each evaluated policy's bet rate per card (J/Q/K: does it play
   its card?); in Tic-Tac-Toe, the share of its moves that are minimax-optimal (all, and where
-  some legal move is not); and what each update did (token entropy, clip share, ratio, KL to the old
-  policy, the engine/trainer gap), iteration by iteration, from the `train_step` metrics.
+  some legal move is not); in Colonel Blotto, its allocations (valid, spread, each one's exact
+  expected round result against `bot:random`: `mars_core.lab.blotto`); and what each update
+  did (token entropy, clip share, ratio, KL to the old policy, the engine/trainer gap),
+  iteration by iteration, from the `train_step` metrics.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ offline.apply()
 
 from cli.main import main as mars  # noqa: E402
 from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
-from mars_core.lab import coverage, kuhn, tictactoe  # noqa: E402
+from mars_core.lab import blotto, coverage, kuhn, tictactoe  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
@@ -197,6 +199,24 @@ def optimal_markdown(rates: dict[str, dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def blotto_markdown(rates: dict[str, dict]) -> str:
+    rates = {label: r for label, r in rates.items() if r}
+    if not rates:
+        return ""
+    out = ["\n## Colonel Blotto: the policy's allocations\n",
+           "| policy | turns valid | spread (every field >= 5) | a round's expected result vs "
+           "`bot:random` (-1 to 1) | rounds won | games with an invalid turn |",
+           "|---|---|---|---|---|---|"]
+
+    def cell(r: dict, k: str, fmt: str = ".0%") -> str:
+        return f"{r[k][0]:{fmt}} (n={r[k][1]})" if k in r else "-"
+
+    out += [f"| {label} | {cell(r, 'valid', '.1%')} | {cell(r, 'spread')} "
+            f"| {cell(r, 'value', '+.3f')} | {cell(r, 'rounds_won')} "
+            f"| {cell(r, 'games_invalid')} |" for label, r in rates.items()]
+    return "\n".join(out) + "\n"
+
+
 def update_stats(run: Path, iterations: int) -> list[dict]:
     """Each finished update's statistics (`train/<key>` of its train_step metrics)."""
     rows = []
@@ -240,6 +260,7 @@ def report(run: Path) -> int:
     facing = {label: kuhn_bet_rates(eps, facing=True) for label, eps in played.items()}
     states = {label: kuhn_state_rates(eps) for label, eps in played.items()}
     optimal = {label: ttt_optimal_rates(eps) for label, eps in played.items()}
+    allocations = {label: blotto.allocation_rates(eps) for label, eps in played.items()}
     updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
     out = run / "learning"
@@ -250,7 +271,8 @@ def report(run: Path) -> int:
     lines = verdicts(rows, last)
     table = paired_markdown(rows, "start")
     stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
-    stats = states_markdown(states) + optimal_markdown(optimal) + stats
+    stats = (states_markdown(states) + optimal_markdown(optimal)
+             + blotto_markdown(allocations) + stats)
     from mars_core.models.precision import cpu_description
 
     machine = f"Reported on: {cpu_description()}\n\n"
@@ -259,7 +281,8 @@ def report(run: Path) -> int:
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
          "kuhn_call_rates": facing, "kuhn_state_rates": states, "ttt_optimal_rates": optimal,
-         "updates": updates, "machine": cpu_description()}, indent=1))
+         "blotto_allocations": allocations, "updates": updates,
+         "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json"):
         log_artifacts(run, out / name, "learning")
     for label, (k, _) in found.items():
@@ -273,7 +296,9 @@ def report(run: Path) -> int:
             | {f"learning/kuhn_poker/call_rate_{card}": rate
                for card, (rate, _) in facing[label].items()}
             | {f"learning/tic_tac_toe/optimal_rate_{kind}": rate
-               for kind, (rate, _) in optimal[label].items()}, k)
+               for kind, (rate, _) in optimal[label].items()}
+            | {f"learning/colonel_blotto/{kind}": rate
+               for kind, (rate, _) in allocations[label].items()}, k)
     print(table)
     print(stats)
     print("\n".join(lines))

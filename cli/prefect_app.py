@@ -15,12 +15,13 @@ UI's origins.
 
 `temporary_app` is the app of the temporary server a `mars` command starts without
 PREFECT_API_URL (cli/signals.py): Prefect's own, whose shutdown first lets the server record
-what the command sent (`mars services`' server drains the same way, `services_app`). The command's last task runs reach the server as events that its
-services (the task-run recorder above all) write to the database one by one; a command that
-skips every task (a rerun of a finished run) sends a burst of them in its last second, and
-stopping the server then cancelled the recorder in the middle of a write: two `Error flushing
-1 events` ERROR blocks with ~150 lines of CancelledError traceback after the run's summary,
-and task runs missing from the UI. Now the services stop once every event delivered to them
+what the command sent (`mars services`' server drains the same way, `services_app`). The
+command's last task runs reach the server as events that its services (the task-run recorder
+above all) write to the database one by one; a command that skips every task (a rerun of a
+finished run) sends a burst of them in its last second, and stopping the server then
+cancelled the recorder in the middle of a write: two `Error flushing 1 events` ERROR blocks
+with ~150 lines of CancelledError traceback after the run's summary, and task runs missing
+from the UI. Now the services stop once every event delivered to them
 has been handled (`drain_events`), or once the backlog stops shrinking for DRAIN_STALL_S.
 """
 from __future__ import annotations

@@ -183,6 +183,56 @@ def test_the_learning_report_counts_optimal_moves():
         learning.optimal_markdown({"iter 6": rates}))
 
 
+def test_blotto_values_are_exact_against_the_random_allocator():
+    from mars_core.games.blotto import ColonelBlotto, format_allocation
+    from mars_core.lab import blotto
+
+    class Draws:  # randint answers a scripted pair: random_action's two break points
+        def __init__(self, a, b):
+            self.left = [a, b]
+
+        def randint(self, lo, hi):
+            return self.left.pop(0)
+
+    draws = blotto.random_allocations()
+    assert len(draws) == 441 and len(set(draws)) == 231
+    assert [ColonelBlotto.random_action(None, None, Draws(a, b))
+            for a in range(21) for b in range(21)] == [format_allocation(list(d)) for d in draws]
+    # random against random breaks even, exactly (each round counted from both sides)
+    assert sum(blotto.value_vs_random(d) for d in draws) == pytest.approx(0, abs=1e-12)
+    assert blotto.round_result((7, 7, 6), (10, 10, 0)) == -1
+    assert blotto.round_result((7, 7, 6), (7, 7, 6)) == 0
+    assert blotto.round_result((7, 7, 6), (20, 0, 0)) == 1
+    assert blotto.value_vs_random((7, 7, 6)) > 0.3 > abs(blotto.value_vs_random((10, 10, 0)))
+    assert blotto.units("[C6 A7 B7]") == (7, 7, 6) and blotto.units("[A7 B7 C7]") is None
+
+
+def test_the_learning_report_counts_blotto_allocations():
+    import importlib.util
+    from types import SimpleNamespace as Obj
+
+    from mars_core.lab import blotto
+
+    spec = importlib.util.spec_from_file_location("learning_under_test", REPO / "bench/learning.py")
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    turn = {"game": "colonel_blotto", "agent": "policy", "valid": True}
+    first = Obj(agents=("policy", "bot:random"), info='{"rounds_won": [5, 2]}', turns=[
+        Obj(**turn, action="[A7 B7 C6]"), Obj(**turn, action="[A10 B10 C0]"),
+        Obj(**{**turn, "agent": "bot:random"}, action="[A0 B0 C20]")])
+    second = Obj(agents=("bot:random", "policy"), info='{"rounds_won": [5, 1]}', turns=[
+        Obj(**turn, action="[A6 B7 C7]"), Obj(**{**turn, "valid": False}, action="")])
+    rates = blotto.allocation_rates([first, second, Obj(agents=("bot:random",), info="",
+                                                         turns=[])])
+    assert rates["valid"] == (0.75, 4) and rates["spread"] == (2 / 3, 3)
+    value = (2 * blotto.value_vs_random((7, 7, 6)) + blotto.value_vs_random((10, 10, 0))) / 3
+    assert rates["value"] == (pytest.approx(value), 3)
+    assert rates["rounds_won"] == (6 / 13, 13) and rates["games_invalid"] == (0.5, 2)
+    assert blotto.allocation_rates([]) == {}
+    line = f"| iter 8 | 75.0% (n=4) | 67% (n=3) | {value:+.3f} (n=3) | 46% (n=13) | 50% (n=2) |"
+    assert line in learning.blotto_markdown({"iter 8": rates, "start": {}})
+
+
 def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tmp_path):
     from mars_core.lab import tictactoe
     from mars_core.lab.probe import TTT_POSITIONS, Arm, fit, items

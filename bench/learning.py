@@ -37,6 +37,7 @@ offline.apply()
 
 from cli.main import main as mars  # noqa: E402
 from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
+from mars_core.games.blotto import format_allocation  # noqa: E402
 from mars_core.lab import blotto, coverage, kuhn, tictactoe  # noqa: E402
 from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
@@ -214,6 +215,10 @@ def blotto_markdown(rates: dict[str, dict]) -> str:
     out += [f"| {label} | {cell(r, 'valid', '.1%')} | {cell(r, 'spread')} "
             f"| {cell(r, 'value', '+.3f')} | {cell(r, 'rounds_won')} "
             f"| {cell(r, 'games_invalid')} |" for label, r in rates.items()]
+    best, score = blotto.best_vs_random()
+    out.append(f"\nThe best allocation every round, {format_allocation(list(best))}: a round "
+               f"{blotto.value_vs_random(best):+.3f}, a normalized return of {score:.1f} "
+               "against `bot:random` (exact).")
     return "\n".join(out) + "\n"
 
 

@@ -14,9 +14,10 @@ import functools
 import json
 import re
 
-from mars_core.games.blotto import UNITS, parse_allocation
+from mars_core.games.blotto import UNITS, ColonelBlotto, parse_allocation
 
 GAME = "colonel_blotto"
+ROUNDS = ColonelBlotto.env_kwargs["num_rounds"]  # 9; the first to ROUNDS // 2 + 1 wins the match
 SPREAD_MIN = 5  # a spread allocation: every field at least this many units
 
 
@@ -53,6 +54,41 @@ def value_vs_random(allocation: tuple[int, ...]) -> float:
     """A round's expected result (-1 to 1) for `allocation` against `bot:random`, exactly."""
     draws = random_allocations()
     return sum(round_result(allocation, r) for r in draws) / len(draws)
+
+
+def match_value(win: float, loss: float, tie: float) -> float:
+    """A match's expected return (-1 to 1) for a seat whose every round is won, lost or tied
+    with these probabilities: the first to win ROUNDS // 2 + 1 rounds wins, else after ROUNDS
+    rounds the seat with more rounds won (equal: a draw)."""
+    need = ROUNDS // 2 + 1
+
+    @functools.cache
+    def value(played: int, mine: int, theirs: int) -> float:
+        if mine >= need or theirs >= need or played == ROUNDS:
+            return float((mine > theirs) - (mine < theirs))
+        return (win * value(played + 1, mine + 1, theirs)
+                + loss * value(played + 1, mine, theirs + 1)
+                + tie * value(played + 1, mine, theirs))
+
+    return value(0, 0, 0)
+
+
+def normalized_vs_random(allocation: tuple[int, ...]) -> float:
+    """The normalized return (0-100) of playing `allocation` every round against `bot:random`,
+    exactly: for a spread one such as [A7 B7 C6] about 87, the room above a policy's score."""
+    results = [round_result(allocation, r) for r in random_allocations()]
+    n = len(results)
+    value = match_value(results.count(1) / n, results.count(-1) / n, results.count(0) / n)
+    return 50.0 * (value + 1.0)
+
+
+@functools.cache
+def best_vs_random() -> tuple[tuple[int, ...], float]:
+    """(an allocation that scores most when played every round against `bot:random`, its
+    normalized return): the ceiling a fixed allocation reaches, [A6 B7 C7] at about 87."""
+    allocations = [(a, b, UNITS - a - b) for a in range(UNITS + 1) for b in range(UNITS + 1 - a)]
+    best = max(allocations, key=normalized_vs_random)
+    return best, normalized_vs_random(best)
 
 
 def allocation_rates(episodes) -> dict[str, tuple[float, int]]:

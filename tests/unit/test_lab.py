@@ -205,6 +205,15 @@ def test_blotto_values_are_exact_against_the_random_allocator():
     assert blotto.round_result((7, 7, 6), (20, 0, 0)) == 1
     assert blotto.value_vs_random((7, 7, 6)) > 0.3 > abs(blotto.value_vs_random((10, 10, 0)))
     assert blotto.units("[C6 A7 B7]") == (7, 7, 6) and blotto.units("[A7 B7 C7]") is None
+    # the match: first to 5 of 9 rounds, else more rounds won, else a draw
+    assert blotto.match_value(1, 0, 0) == 1 and blotto.match_value(0, 1, 0) == -1
+    assert blotto.match_value(0, 0, 1) == 0 and blotto.match_value(0.5, 0.5, 0) == pytest.approx(0)
+    # a seat that never loses a round wins the match unless all nine are ties (a draw)
+    assert blotto.match_value(0.3, 0, 0.7) == pytest.approx(1 - 0.7 ** 9)
+    assert 85 < blotto.normalized_vs_random((7, 7, 6)) < 90
+    assert blotto.normalized_vs_random((10, 10, 0)) < 60
+    best, score = blotto.best_vs_random()
+    assert min(best) >= 5 and score == blotto.normalized_vs_random(best)  # a spread one
 
 
 def test_the_learning_report_counts_blotto_allocations():
@@ -230,7 +239,10 @@ def test_the_learning_report_counts_blotto_allocations():
     assert rates["rounds_won"] == (6 / 13, 13) and rates["games_invalid"] == (0.5, 2)
     assert blotto.allocation_rates([]) == {}
     line = f"| iter 8 | 75.0% (n=4) | 67% (n=3) | {value:+.3f} (n=3) | 46% (n=13) | 50% (n=2) |"
-    assert line in learning.blotto_markdown({"iter 8": rates, "start": {}})
+    table = learning.blotto_markdown({"iter 8": rates, "start": {}})
+    assert line in table and "| start |" not in table
+    assert "The best allocation every round, [A6 B7 C7]: a round +0.329, a normalized return of " \
+        "87.1 against `bot:random` (exact)." in table
 
 
 def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tmp_path):

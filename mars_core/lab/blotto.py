@@ -120,4 +120,3 @@ def allocation_rates(episodes) -> dict[str, tuple[float, int]]:
             counts["rounds_won"][0] += won[seats[0]]
             counts["rounds_won"][1] += won[0] + won[1]
     return {k: (total / n, n) for k, (total, n) in counts.items() if n}
-

@@ -2,10 +2,10 @@
 `mars_core/lab/coverage.py`): a table policy optimal in a fitted set of positions and uniform
 elsewhere, the set grown most visited first (or, `--order gain`, worth most first); its exact
 score against `bot:random`, its sampled score against `bot:mcts-10`, the share of its decisions
-the set covers. With `--probe` (a
-capacity-probe arm's JSON, `runs/lab/<probe>/arm_<i>.json`) each row also prices the set at that
-probe's cost, its seconds to fit divided by its positions, on its CPU: a lower bound, since the
-probe's 64 positions fit slower a position than its 24. Prints figures; asserts nothing.
+the set covers. With `--probe` (a capacity-probe arm's JSON, `runs/lab/<probe>/arm_<i>.json`)
+each row also prices the set at that probe's cost, its seconds to fit divided by its
+positions, on its CPU: a lower bound, since the probe's 64 positions fit slower a position than
+its 24. Prints figures; asserts nothing.
 
     python bench/coverage.py [--step 25] [--limit N] [--games-per-seat 300] [--until 85 35]
                              [--order visits|gain] [--labels minimax|random_best]
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     first = "most visited" if args.order == "visits" else "worth most against bot:random"
     print(f"Tic-Tac-Toe positions taught one by one ({args.labels} labels), {first} first "
-          f"({len(rounds)} rounds, "
-          f"{time.perf_counter() - t0:.0f} s)")
+          f"({len(rounds)} rounds, {time.perf_counter() - t0:.0f} s)")
     if cost:
         print(f"priced at the probe's {cost[0]:.0f} s a position ({cost[1]} full-batch steps to "
               f"fit; {args.probe}; {cost[2]})")

@@ -21,6 +21,7 @@ from mars_core.batching.bank import bank_add, bank_read, trainable_turns
 from mars_core.batching.builder import (FORMER_ID, build_batch as draw, composition_metrics,
                                        with_turn_ids)
 from mars_core.run.checkpoint import ESTIMATOR_STATE, load_estimator_state
+from mars_core.advantages.mirror import MIRROR_MEMORY, with_mirror_targets
 from mars_core.advantages.all_actions import (COUNTERFACTUAL, GREEDY_MEMORY, with_all_actions,
                                               with_best_valued, with_greedy_actions)
 from mars_core.advantages.estimators import estimator
@@ -110,6 +111,13 @@ def advantage_samples(a: AlgorithmConfig, batch: pl.DataFrame,
         if a.action_memory:
             state = {**state, GREEDY_MEMORY: memory}
             metrics["batch/remembered_states"] = float(len(memory))
+    elif a.train_actions == "mirror":
+        m = a.mirror
+        with_adv, memory, more = with_mirror_targets(
+            with_adv, state.get(MIRROR_MEMORY), alpha=m.alpha, eta=m.eta,
+            magnet_rate=m.magnet_rate, window=m.window, max_states=m.max_states)
+        state = {**state, MIRROR_MEMORY: memory}
+        metrics |= more | {"batch/remembered_states": float(len(memory))}
     if a.train_actions != "sampled":
         metrics["batch/counterfactual_rows"] = float(with_adv[COUNTERFACTUAL].sum())
     if a.drop_zero_advantage:

@@ -60,6 +60,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / RESULTS_FILE, records)
+        metrics |= exploitability_metrics(cfg, policy, suite, out)
         if cfg.engine.backend == "hf":  # which precision played (the exact policy, never int8)
             metrics["evaluate/bf16"] = float(use_bf16(cfg, "play"))
         return metrics | {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}":
@@ -71,6 +72,37 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     drop_shards(stage_dir(run_dir, k, EVALUATE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too
     set_terminated(Path(run_dir), child)  # the nested run is complete (idempotent)
+    return metrics
+
+
+def exploitability_metrics(cfg, policy: str, games, out: Path) -> dict:
+    """The policy's exact exploitability in each of `games` small enough for it (Kuhn,
+    Leduc), read at the rollouts' temperature in the run's prompt layout: written to
+    `<out>/exploitability_<game>.json` (with the table read), returned as `eval/<game>/...`
+    metrics. Nothing where `evaluation.exploitability` is off or no game qualifies; a layout
+    it cannot read (reasoning, kept history) is one warning, not a failed evaluation."""
+    from mars_core.strength import exploitability as ex
+
+    games = [g for g in games if g in ex.GAMES] if cfg.evaluation.exploitability else []
+    if not games:
+        return {}
+    engine = make_engine(cfg, policy, backend="hf")
+    builder = prompt_builder(cfg, engine.tokenizer)
+    metrics: dict[str, float] = {}
+    for game in games:
+        temperature = cfg.rollout.per_game_sampling(0).get(
+            game, cfg.rollout.sampling(0)).temperature
+        try:
+            result = ex.measure(engine.model, engine.tokenizer, builder, game,
+                                temperature=temperature, autocast=engine.autocast_bf16)
+        except ValueError as exc:
+            print(f"exploitability of {game} not measured: {exc}")
+            continue
+        write_json(out / f"exploitability_{game}.json", result)
+        metrics[f"eval/{game}/exploitability"] = result["exploitability"]
+        metrics[f"eval/{game}/legal_mass"] = result["legal_mass"]
+        for seat, value in enumerate(result["best_response"]):
+            metrics[f"eval/{game}/best_response_seat{seat}"] = value
     return metrics
 
 

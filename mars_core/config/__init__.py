@@ -85,6 +85,9 @@ class EvaluationConfig(_Section):
     held_out: tuple[str, ...] = ()
     games_per_seat: int = Field(8, ge=1)
     temperature: float = Field(0.6, ge=0)
+    # the policy's exact exploitability beside its games, for the suite's games small enough
+    # (Kuhn, Leduc: mars_core.strength.exploitability), read at the rollouts' temperature
+    exploitability: bool = True
 
     @model_validator(mode="after")
     def _fitting_opponents(self):

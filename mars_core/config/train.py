@@ -34,6 +34,19 @@ def _same(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+class MirrorConfig(_Section):
+    """`train_actions: mirror`: pi_{t+1} proportional to [pi_t rho^(alpha eta) exp(eta q)]^(1 /
+    (1 + alpha eta)) at every visited state (SPEC section 7)."""
+
+    alpha: float = Field(0.5, ge=0)  # the magnet's pull (0: no magnet; the iterates cycle)
+    eta: float = Field(1.0, gt=0)  # the step, per unit of return
+    # how fast the magnet follows the policy: rho <- rho^(1 - e) pi^e (0: a fixed uniform
+    # magnet, whose fixed point is the regularized equilibrium, not Nash)
+    magnet_rate: float = Field(0.05, ge=0, le=1)
+    window: int = Field(64, ge=1)  # measurements of an action's value a state remembers
+    max_states: int = Field(65536, ge=1)  # states remembered (least recently visited go)
+
+
 class AlgorithmConfig(_Section):
     """Advantage estimator and PPO loss (SPEC sections 3 and 4)."""
 
@@ -59,8 +72,11 @@ class AlgorithmConfig(_Section):
     # Monte-Carlo value (rollout.mc_rollouts), with advantage Q(s, best) - V(s);
     # sampled_and_best: the sampled move with its own advantage and that best move beside it
     # (mars_core.advantages.all_actions)
+    # mirror: Magnetic Mirror Descent (`mirror` below; mars_core.advantages.mirror): every
+    # visited state's known actions, each with its closed-form target probability, fitted by
+    # weighted log-likelihood (needs loss_aggregation: seq_mean_token_sum)
     train_actions: Literal["sampled", "all", "greedy", "best_valued",
-                           "sampled_and_best"] = "sampled"
+                           "sampled_and_best", "mirror"] = "sampled"
     # best_valued / sampled_and_best: the advantage of a best-move row; gap: Q(s, best) - V(s);
     # unit: 1 wherever the best move is worth more than its state's mean (a cross-entropy step
     # toward it, as greedy's: the values choose the label, not the step's size)
@@ -72,6 +88,11 @@ class AlgorithmConfig(_Section):
     # greedy with action_memory: the most states remembered (the least recently measured are
     # forgotten first), so that a game of many positions cannot grow the checkpoint's state
     action_memory_states: int = Field(65536, ge=1)
+    mirror: MirrorConfig = Field(default_factory=lambda: MirrorConfig())
+    # the trust region's bound: the update stops its remaining optimizer steps once the KL to
+    # the old policy (the k3 estimate over the minibatch's tokens, logged as approx_kl_old)
+    # exceeds it; null: every step runs
+    max_kl: float | None = Field(None, gt=0)
     ppo_epochs: int = Field(1, ge=1)  # passes over the batch per iteration
     clip_eps: float = Field(0.2, gt=0)
     # clip-higher (DAPO; MARS's fixed-opponent recipe 0.28): the ratio's upper bound is
@@ -131,6 +152,10 @@ class AlgorithmConfig(_Section):
             raise ValueError("algorithm.dual_clip must be greater than 1 (or null)")
         if self.action_memory and self.train_actions != "greedy":
             raise ValueError("algorithm.action_memory applies to train_actions: greedy only")
+        if self.train_actions == "mirror" and self.loss_aggregation != "seq_mean_token_sum":
+            raise ValueError("algorithm.train_actions: mirror fits each answer's whole "
+                             "log-probability: set algorithm.loss_aggregation: "
+                             "seq_mean_token_sum")
         if self.label_advantage != "gap" and self.train_actions not in VALUE_LABELLED:
             raise ValueError("algorithm.label_advantage applies to train_actions: best_valued "
                              "or sampled_and_best only")

@@ -188,7 +188,8 @@ def _cached_head(model, prefixes: list[tuple[int, ...]], cache: PrefixCache, dev
 def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_to_keep: int,
                   own: Sequence[int] | None = None, use_cache: bool = False,
                   share_prefix: bool = True, min_shared: int = MIN_SHARED,
-                  prefix_cache: PrefixCache | None = None) -> BatchOutput:
+                  prefix_cache: PrefixCache | None = None,
+                  prefix_lengths: Sequence[int] | None = None) -> BatchOutput:
     """One forward pass over `seqs` (left-padded: every row ends at the last position), through
     each shared prefix once when `share_prefix` and `plan_prefixes` finds one worth it.
     Of the last `logits_to_keep` positions, row i's last `own[i]` (default: all of them) are
@@ -198,11 +199,16 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
     training with gradient checkpointing runs the plain pass: its checkpointed layers drop
     `past_key_values`, which would silently cut the rows off their prefix.
     `prefix_cache` (the sampler's, without gradients): each shared prefix comes from it, computed
-    alone the first time it is seen."""
+    alone the first time it is seen. `prefix_lengths`: each row's prefix, chosen by the caller
+    (rows that share a prompt's head but differ after it: the exploitability reader's states)
+    instead of `plan_prefixes`' choice."""
     device = next(model.parameters()).device
     share_prefix = share_prefix and not (model.training and _checkpointing(model))
     own = list(own) if own is not None else [min(logits_to_keep, len(s)) for s in seqs]
-    lengths = plan_prefixes(seqs, own, min_shared) if share_prefix else [0] * len(seqs)
+    if prefix_lengths is not None and share_prefix:
+        lengths = list(prefix_lengths)
+    else:
+        lengths = plan_prefixes(seqs, own, min_shared) if share_prefix else [0] * len(seqs)
     if not any(lengths):
         ids, mask = _left_padded(seqs, pad_id, device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)

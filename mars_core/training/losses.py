@@ -73,6 +73,17 @@ def policy_loss(
     return torch.where(mask.bool(), loss, torch.zeros_like(loss))
 
 
+def likelihood_loss(logp: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Per-token weighted negative log-likelihood, -target * logp: summed over a sequence's
+    tokens (`aggregate` mode seq_mean_token_sum) and over a state's answers it is
+    -sum_a target(a) log pi(a | s), whose minimum over the answers' probabilities is pi =
+    target (the mirror update's fit: no ratio, so no step beyond the target).
+    Args: logp, mask [B, T]; targets [B] or [B, T] (>= 0). Returns: [B, T], 0 where mask is 0."""
+    dtype = _compute_dtype(logp)
+    loss = -_per_token(targets, logp.to(dtype)) * logp.to(dtype)
+    return torch.where(mask.bool(), loss, torch.zeros_like(loss))
+
+
 def importance_weights(logp_old: Tensor, logp_behaviour: Tensor, known: Tensor,
                        cap: float | None) -> Tensor:
     """Decoupled PPO's truncated importance weight per token: min(pi_old / pi_behaviour, cap),
@@ -182,12 +193,15 @@ def ppo_objective(
     denominator: float | None = None,
     clip_eps_high: float | None = None,
     weights: Tensor | None = None,
+    surrogate: str = "clipped",
 ) -> tuple[Tensor, dict[str, float]]:
     """The training loss: loss = pg + kl_coef * kl - entropy_coef * entropy, each term the
     `aggregate` (mode `aggregation`, normaliser `denominator`) of its per-token values: the
     clipped surrogate (importance-weighted by `weights`, see `policy_loss`), the k3 KL to the
     reference policy and the policy's token entropy.
-    MARS: seq_mean_token_mean, kl_coef 0.2, entropy_coef 0.
+    MARS: seq_mean_token_mean, kl_coef 0.2, entropy_coef 0. `surrogate` "likelihood" replaces
+    the clipped surrogate by `likelihood_loss` (the advantages are target probabilities: the
+    mirror update); the ratio metrics are measured the same way.
 
     Args: logp, logp_old, mask [B, T]; logp_ref [B, T] or None (allowed only when
     kl_coef == 0); advantages [B] or [B, T]; entropy [B, T] or None (allowed only when
@@ -206,8 +220,14 @@ def ppo_objective(
     def agg(x: Tensor) -> Tensor:
         return aggregate(x, mask, aggregation, denominator)
 
-    pg_loss = agg(policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps,
-                              dual_clip=dual_clip, clip_eps_high=clip_eps_high, weights=weights))
+    if surrogate == "likelihood":
+        pg_loss = agg(likelihood_loss(logp, advantages, mask))
+    elif surrogate == "clipped":
+        pg_loss = agg(policy_loss(logp, logp_old, advantages, mask, clip_eps=clip_eps,
+                                  dual_clip=dual_clip, clip_eps_high=clip_eps_high,
+                                  weights=weights))
+    else:
+        raise ValueError(f"unknown surrogate {surrogate!r}; choose clipped or likelihood")
     kl = agg(kl_k3(logp, logp_ref)) if logp_ref is not None else None
     ent = agg(entropy) if entropy is not None else None
     loss = pg_loss

@@ -206,6 +206,10 @@ METRIC_SUMS = ("loss", "pg_loss", "kl", "entropy") + TOKEN_MEANS
 METRIC_MAXES = ("ratio_max", "is_weight_max")  # maxima over chunks, ranks and steps
 
 
+# the train_actions whose rows carry target probabilities, fitted by likelihood
+SURROGATES = {"mirror": "likelihood"}
+
+
 class TorchUpdater:
     """The plain PyTorch optimizer step: clip the global gradient norm to `grad_clip`, step
     the optimizer, then the LR scheduler. `step` returns (the norm before clipping, the lr the
@@ -273,7 +277,8 @@ def _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd: F
         loss, m = ppo_objective(logp, old, ref, adv, mask, clip_eps=algo.clip_eps,
                                 dual_clip=algo.dual_clip, kl_coef=algo.kl_coef, entropy=ent,
                                 entropy_coef=algo.entropy_coef, aggregation=mode,
-                                denominator=denom, clip_eps_high=algo.clip_eps_high, weights=w)
+                                denominator=denom, clip_eps_high=algo.clip_eps_high, weights=w,
+                                surrogate=SURROGATES.get(algo.train_actions, "clipped"))
         scale = weight * world
         updater.backward(loss if scale == 1.0 else loss * scale)
         if weight == 0.0:
@@ -373,27 +378,37 @@ def ppo_update(model, ref_model, updater, samples: list[Sample], algo: Algorithm
     args = (samples, first_chunks, fwd, rank, world)
     old_logps = _logps_share(model, *args) if n_steps > 1 else None
     ref_logps = _logps_share(ref_model, *args) if algo.kl_coef > 0 else None
-    totals: dict[str, float] = {}
     model.train()
     micro = [len(rank_chunks(mb, optim.micro_batch_size, rank, world, samples, fwd.max_tokens,
                              fwd.distinct))
              for ep in plan for mb in ep]
     bar = tqdm(total=sum(micro), desc="train", unit="micro", disable=not progress or rank != 0,
                leave=False)
+    steps: list[dict[str, float]] = []
     for j, (mb, n_micro) in enumerate(zip((mb for epoch in plan for mb in epoch), micro)):
         updater.zero_grad()
         m = _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd, rank,
                   world)
         m = _sum_over_ranks(m, world)
+        if algo.max_kl is not None and j > 0 and m["approx_kl_old"] > algo.max_kl:
+            # the trust region: the weights already moved past the bound (measured on this
+            # minibatch before its step, the same on every rank); no further step, and the
+            # gradient this minibatch accumulated is dropped
+            updater.zero_grad()
+            break
         bar.update(n_micro)
         m["grad_norm"], m["lr"] = updater.step()
         if on_step is not None:
             on_step(j, dict(m))
-        for k, v in m.items():
-            totals[k] = (max(totals.get(k, v), v) if k in METRIC_MAXES
-                         else totals.get(k, 0.0) + v / n_steps)
+        steps.append(m)
     bar.close()
     model.eval()
-    totals["optimizer_steps"] = float(n_steps)
+    totals: dict[str, float] = {}
+    for m in steps:
+        for k, v in m.items():
+            totals[k] = (max(totals.get(k, v), v) if k in METRIC_MAXES
+                         else totals.get(k, 0.0) + v / len(steps))
+    totals["optimizer_steps"] = float(len(steps))
+    totals["trust_region_stops"] = float(len(steps) < n_steps)
     totals["samples"] = float(len(samples))
     return totals

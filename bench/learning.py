@@ -10,6 +10,9 @@ nothing.
 Training is `mars train` (resumable: run it again to continue). Written beside the run, in
 `<run>/learning/`, and into the run's MLflow run (artifacts `learning/`, metrics
 `learning/<game>/<opponent>/{normalized_return,paired_diff,paired_diff_ci95}` per iteration):
+- `exploitability.png`: Kuhn and Leduc Poker's exact exploitability of each evaluated policy
+  against minutes of training (the evaluations' `exploitability_<game>.json`; metric
+  `learning/<game>/exploitability`);
 - `learning_curve.png`: normalized return (0-100) with its 95% band per evaluated policy, and
   the invalid-reply rate, against iterations (top axis: minutes of training so far);
 - `learning.md`, `learning.json`: every evaluated policy against the start policy, paired game by
@@ -85,7 +88,64 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
 
 
 UPDATE_KEYS = ("entropy", "clip_frac", "ratio_mean", "ratio_max", "approx_kl_old", "behaviour_gap",
-               "is_weight_mean", "grad_norm", "optimizer_steps")
+               "is_weight_mean", "grad_norm", "optimizer_steps", "trust_region_stops")
+
+
+def exploitability_by_policy(found: dict[str, tuple[int, Path]]) -> dict[str, dict[str, dict]]:
+    """label -> game -> the evaluation's exact exploitability figures (`exploitability_<game>
+    .json` beside its episodes: `mars_core.strength.exploitability`), the table left out."""
+    out: dict[str, dict[str, dict]] = {}
+    for label, (_, folder) in found.items():
+        for file in sorted(folder.glob("exploitability_*.json")):
+            r = read_json(file)
+            out.setdefault(label, {})[r["game"]] = {k: v for k, v in r.items() if k != "policy"}
+    return out
+
+
+def exploitability_markdown(exp: dict[str, dict[str, dict]], steps: dict) -> str:
+    games = sorted({g for by in exp.values() for g in by})
+    out = []
+    for game in games:
+        out += [f"\n## {game}: exploitability of the policy itself (exact, OpenSpiel; 0 is an "
+                "equilibrium)\n",
+                "| policy | minutes of training | exploitability | best response seat 0 / 1 "
+                "| policy's value seat 0 | legal answers' mass |", "|---|---|---|---|---|---|"]
+        out += [f"| {label} | {steps[label][1]:.1f} | {r['exploitability']:.4f} "
+                f"| {r['best_response'][0]:+.3f} / {r['best_response'][1]:+.3f} "
+                f"| {r['value'][0]:+.3f} | {r['legal_mass']:.3f} |"
+                for label, by in exp.items() if (r := by.get(game))]
+        if game == "kuhn_poker":
+            out.append("\nReferences: uniform (bot:random) 0.4583, always bet 0.3333, a Nash "
+                       "equilibrium 0.")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def exploitability_plot(exp: dict[str, dict[str, dict]], steps: dict, path: Path,
+                        title: str) -> bool:
+    """Exploitability against minutes of training, one line per game; False when none."""
+    games = sorted({g for by in exp.values() for g in by})
+    if not games:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for game in games:
+        pts = [(steps[label][1], by[game]["exploitability"]) for label, by in exp.items()
+               if game in by]
+        ax.plot(*zip(*pts), marker="o", label=game)
+    ax.set_xlabel("minutes of training (warm-up, rollouts, updates)")
+    ax.set_ylabel("exploitability (NashConv / 2)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def _kuhn_decisions(episodes):
@@ -268,6 +328,7 @@ def report(run: Path) -> int:
     allocations = {label: blotto.allocation_rates(eps) for label, eps in played.items()}
     updates = update_stats(run, cfg.run.iterations)
     steps = {label: (k, stage_minutes(run, k)) for label, (k, _) in found.items()}
+    exp = exploitability_by_policy(found)
     out = run / "learning"
     out.mkdir(exist_ok=True)
     last = list(found)[-1]
@@ -276,7 +337,10 @@ def report(run: Path) -> int:
     lines = verdicts(rows, last)
     table = paired_markdown(rows, "start")
     stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
-    stats = (states_markdown(states) + optimal_markdown(optimal)
+    plotted = exploitability_plot(exp, steps, out / "exploitability.png",
+                                  f"{run.name}: exploitability per evaluation")
+    stats = (exploitability_markdown(exp, steps) + states_markdown(states)
+             + optimal_markdown(optimal)
              + blotto_markdown(allocations) + stats)
     from mars_core.models.precision import cpu_description
 
@@ -286,9 +350,10 @@ def report(run: Path) -> int:
     (out / "learning.json").write_text(json.dumps(
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
          "kuhn_call_rates": facing, "kuhn_state_rates": states, "ttt_optimal_rates": optimal,
-         "blotto_allocations": allocations, "updates": updates,
+         "blotto_allocations": allocations, "updates": updates, "exploitability": exp,
          "machine": cpu_description()}, indent=1))
-    for name in ("learning_curve.png", "learning.md", "learning.json"):
+    for name in ("learning_curve.png", "learning.md", "learning.json",
+                 *(["exploitability.png"] if plotted else [])):
         log_artifacts(run, out / name, "learning")
     for label, (k, _) in found.items():
         log_metrics_once(run, {
@@ -303,7 +368,9 @@ def report(run: Path) -> int:
             | {f"learning/tic_tac_toe/optimal_rate_{kind}": rate
                for kind, (rate, _) in optimal[label].items()}
             | {f"learning/colonel_blotto/{kind}": rate
-               for kind, (rate, _) in allocations[label].items()}, k)
+               for kind, (rate, _) in allocations[label].items()}
+            | {f"learning/{game}/exploitability": r["exploitability"]
+               for game, r in exp.get(label, {}).items()}, k)
     print(table)
     print(stats)
     print("\n".join(lines))

@@ -51,6 +51,10 @@ def game_eval_flow(policy: str = "embedded",
     out_path = Path(out)
     files = [out_path, out_path.with_name(out_path.stem + "_radar.png"),
              out_path.with_name(out_path.stem + "_transcripts.md")]
+    exploitability = result.get("exploitability", {})
+    if exploitability:  # the policy's exact distance from an equilibrium (Kuhn, Leduc)
+        files.append(out_path.with_name(out_path.stem + "_exploitability.json"))
+        files[-1].write_text(json.dumps(exploitability, indent=1))
     out_path.write_text(json.dumps(redact(records), indent=1))
     scores = per_game_normalized(records)
     radar_chart({policy: scores}, files[1], title=f"normalized return: {policy}")
@@ -62,11 +66,14 @@ def game_eval_flow(policy: str = "embedded",
     if tracking_uri:
         params = {"policy": policy, **version_of(model),  # the version an alias resolved to
                   "preset": preset or "mars (built in)", **cfg_params(cfg)}
-        run_id = log_game_eval(tracking_uri, experiment, policy, params, records, files)
+        run_id = log_game_eval(tracking_uri, experiment, policy, params, records, files,
+                               exploitability)
         print(f"logged to MLflow run {run_id} (experiment {experiment!r})")
     publish_table(f"strategic-{policy}", records, f"game evaluation of {policy} "
                   f"({cfg.n} games per game, opponent and seat)", tracking_uri, run_id)
     return {"out": str(out_path), "records": len(records), "normalized": scores,
+            "exploitability": {g: r["exploitability"] for g, r in exploitability.items()
+                               if "exploitability" in r},
             "mlflow_run_id": run_id}
 
 

@@ -65,14 +65,42 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
         records += recs
         picked = episodes[:: max(1, len(episodes) // transcripts_per_game)][:transcripts_per_game]
         texts += [transcript(ep) for ep in picked]
+    exploitability = {}
+    if engine is not None:
+        exploitability = policy_exploitability(
+            engine, prompts, cfg.suite if cfg.exploitability is None else cfg.exploitability,
+            cfg.play.sampling(cfg.seed).temperature)
     for r in records:
         print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
               f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
               f"win {r['win_rate']:.2f} draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} "
               f"invalid {r['invalid_rate']:.2f}")
     return {"records": records, "transcripts": "\n\n".join(texts),
+            "exploitability": exploitability,
             "generated_tokens": stats.generated_tokens, "tokens_per_s": stats.tokens_per_s,
             "bf16": bool(getattr(engine, "autocast_bf16", False))}  # which precision played
+
+
+def policy_exploitability(engine, prompts: PromptBuilder, games, temperature: float) -> dict:
+    """game -> the policy's exact exploitability figures (`mars_core.strength.exploitability`,
+    the table left out) for the games small enough, read at `temperature` in the layout the
+    suite plays; a layout it cannot read gives {"skipped": the reason}."""
+    from mars_core.strength import exploitability as ex
+
+    out = {}
+    for game in (g for g in games if g in ex.GAMES):
+        try:
+            r = ex.measure(engine.model, engine.tokenizer, prompts, game,
+                           temperature=temperature, autocast=engine.autocast_bf16)
+        except ValueError as exc:
+            out[game] = {"skipped": str(exc)}
+            print(f"{game}: exploitability not measured: {exc}")
+            continue
+        out[game] = {k: v for k, v in r.items() if k != "policy"}
+        print(f"{game}: exploitability {r['exploitability']:.4f} (best responses "
+              f"{r['best_response'][0]:+.3f} / {r['best_response'][1]:+.3f}; legal answers "
+              f"{r['legal_mass']:.1%} of the mass, temperature {temperature})")
+    return out
 
 
 def _sharded_suite(cfg: GameEvalConfig, policy: str, model: str | None,
@@ -88,5 +116,6 @@ def _sharded_suite(cfg: GameEvalConfig, policy: str, model: str | None,
     engine_s = sum(g["generated_tokens"] / g["tokens_per_s"] for g in got if g["tokens_per_s"])
     return {"records": [r for g in got for r in g["records"]],
             "transcripts": "\n\n".join(g["transcripts"] for g in got if g["transcripts"]),
+            "exploitability": {k: v for g in got for k, v in g.get("exploitability", {}).items()},
             "generated_tokens": tokens, "tokens_per_s": tokens / engine_s if engine_s else 0.0,
             "shards": len(got)}

@@ -339,10 +339,12 @@ GAME_EVAL_KEYS = ("normalized_return", "mean_return", "ci95", "win_rate", "draw_
 
 
 def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
-                  records: list[dict], files: list[Path]) -> str:
+                  records: list[dict], files: list[Path],
+                  exploitability: dict[str, dict] | None = None) -> str:
     """One MLflow run for a game evaluation (params, per-game normalized returns, the
     table, radar chart and transcripts) with a nested run per game holding that game's table
-    and per-seat metrics. Returns the parent run id."""
+    and per-seat metrics; `exploitability` (game -> `mars_core.strength.exploitability`'s
+    figures) adds `exploitability/<game>`. Returns the parent run id."""
     from mars_core.strength.suite import per_game_normalized
 
     policy = redact_text(policy)
@@ -350,6 +352,8 @@ def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
     scores = per_game_normalized(records)
     metrics = {_metric_key("normalized_return", g): v for g, v in scores.items()}
     metrics["normalized_return/mean"] = sum(scores.values()) / len(scores)
+    metrics |= {_metric_key("exploitability", g): r["exploitability"]
+                for g, r in (exploitability or {}).items() if "exploitability" in r}
 
     def per_game(client: MlflowClient, exp: str, parent: str) -> None:
         for game in scores:

@@ -2,7 +2,7 @@
 
 At each information state the next policy is the closed form
 
-    pi_{t+1}(a)  proportional to  [pi_t(a) * rho(a)^(alpha eta) * exp(eta q_t(a))]^(1 / (1 + alpha eta))
+    pi_{t+1}(a)  ~  [pi_t(a) rho(a)^(alpha eta) exp(eta q_t(a))]^(1 / (1 + alpha eta))
 
 with q_t the state's action values under the current policy (both seats), rho the magnet and
 eta the step. alpha > 0 makes the last iterate converge (to the equilibrium regularized toward

@@ -328,10 +328,19 @@ class GameEvalConfig(_Section):
     max_context_tokens: int = Field(2048, ge=64)
     bf16: OnOffAuto = "auto"
     cluster: ClusterConfig = ClusterConfig()  # games split into shards (by game)
+    # the games whose exact exploitability is read beside their games (Kuhn, Leduc:
+    # mars_core.strength.exploitability); null: every such game of the suite; []: none
+    exploitability: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
     def _fitting_suite(self):
         check_suite(self.suite, POLICY)
+        from mars_core.strength.exploitability import GAMES as SMALL
+
+        for game in self.exploitability or ():
+            if game not in SMALL or game not in self.suite:
+                raise ValueError(f"exploitability: {game!r} is not a game of the suite whose "
+                                 f"exploitability can be computed ({', '.join(SMALL)})")
         check_prompt(self.play.prompt, self.suite)
         return self
 

@@ -4,12 +4,16 @@ exact. Seconds on a CPU. Prints figures; asserts nothing.
 
     python bench/selfplay_tabular.py [--game kuhn_poker] [--iterations 60] [--episodes 256]
                                      [--seeds 3] [--out runs/lab/selfplay_tabular]
+                                     [--run runs/kuhn_selfplay_s0 ...] [--points NAME=K:X,...]
 
 Arms: the plain policy gradient (a softmax step with a per-state baseline), the greedy labels
 (each state toward its best measured action: a best response), and Magnetic Mirror Descent
 at the settings of `configs/learning/kuhn_selfplay.yaml` and a small sweep around them; each
 from the uniform policy, every seed. Writes `<out>/<game>.json` and `<out>/<game>.png`
-(exploitability against iterations, the mean over seeds).
+(exploitability against iterations, the mean over seeds); each `--run` (a language-model
+run of `make learn`) adds its evaluated checkpoints' exploitability on the same axes (its
+evaluations' `exploitability_<game>.json`), each `--points` a curve given as iteration:value
+pairs (a run measured elsewhere).
 """
 from __future__ import annotations
 
@@ -34,6 +38,24 @@ ARMS = {
 }
 
 
+def lm_points(run: Path, game: str) -> list[tuple[int, float]]:
+    """(iterations trained, exploitability) of each evaluation of a `make learn` run."""
+    from mars_core.run.commit import read_json
+    from mars_core.run.layout import EVALUATE, INIT, stage_dir
+
+    pts = []
+    for k, trained in [(INIT, 0)] + [(k, k + 1) for k in range(10_000)]:
+        folder = stage_dir(run, k, EVALUATE)
+        if k != INIT and not stage_dir(run, k, EVALUATE).parent.exists():
+            break
+        file = folder / f"exploitability_{game}.json"
+        if file.is_file():
+            pts.append((trained, read_json(file)["exploitability"]))
+    if not pts:
+        raise SystemExit(f"{run}: no evaluation with an exploitability of {game}")
+    return pts
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,6 +64,9 @@ def main() -> int:
     p.add_argument("--episodes", type=int, default=256, help="games a batch; 0: exact values")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--out", default="runs/lab/selfplay_tabular")
+    p.add_argument("--run", action="append", default=[], help="a language-model run folder")
+    p.add_argument("--points", action="append", default=[], metavar="NAME=K:X,K:X",
+                   help="a curve measured elsewhere: iteration:exploitability pairs")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,9 +94,17 @@ def main() -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, r in results.items():
-        ax.plot(r["mean"], label=name)
+        ax.plot(r["mean"], label=f"table: {name}", lw=1, alpha=0.8)
+    for run in map(Path, args.run):
+        pts = lm_points(run, args.game)
+        print(f"{run.name}: " + ", ".join(f"iter {k} {x:.3f}" for k, x in pts))
+        ax.plot(*zip(*pts), marker="o", lw=2.5, label=f"language model: {run.name}")
+    for spec in args.points:
+        name, _, pairs = spec.partition("=")
+        pts = [(int(k), float(x)) for k, x in (pair.split(":") for pair in pairs.split(","))]
+        ax.plot(*zip(*pts), marker="s", lw=2, ls="--", label=f"language model: {name}")
     ax.set_xlabel("iterations (one self-play batch each)")
     ax.set_ylabel("exploitability")
     ax.set_ylim(bottom=0)

@@ -68,7 +68,8 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
     exploitability = {}
     if engine is not None:
         exploitability = policy_exploitability(
-            engine, prompts, cfg.suite if cfg.exploitability is None else cfg.exploitability,
+            engine, prompts, [g for g in cfg.suite
+                              if cfg.exploitability is None or g in cfg.exploitability],
             cfg.play.sampling(cfg.seed).temperature)
     for r in records:
         print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "

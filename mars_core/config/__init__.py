@@ -329,7 +329,8 @@ class GameEvalConfig(_Section):
     bf16: OnOffAuto = "auto"
     cluster: ClusterConfig = ClusterConfig()  # games split into shards (by game)
     # the games whose exact exploitability is read beside their games (Kuhn, Leduc:
-    # mars_core.strength.exploitability); null: every such game of the suite; []: none
+    # mars_core.strength.exploitability) when the suite plays them; null: every such game of
+    # the suite; []: none
     exploitability: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
@@ -338,9 +339,9 @@ class GameEvalConfig(_Section):
         from mars_core.strength.exploitability import GAMES as SMALL
 
         for game in self.exploitability or ():
-            if game not in SMALL or game not in self.suite:
-                raise ValueError(f"exploitability: {game!r} is not a game of the suite whose "
-                                 f"exploitability can be computed ({', '.join(SMALL)})")
+            if game not in SMALL:
+                raise ValueError(f"exploitability: {game!r} is not a game whose exploitability "
+                                 f"can be computed ({', '.join(SMALL)})")
         check_prompt(self.play.prompt, self.suite)
         return self
 

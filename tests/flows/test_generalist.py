@@ -65,4 +65,10 @@ def test_generalist_trains_on_three_games_in_one_run(tmp_path, prefect_api, tiny
               if "mlflow.parentRunId" not in r.data.tags]
     metrics = parent[0].data.metrics
     assert {"rollout/kuhn_poker/episodes", "rollout/mini_hanabi/invalid_action_rate",
-            "eval/kuhn_poker/seat0_normalized_return", "train/loss"} <= set(metrics)
+            "eval/kuhn_poker/seat0_normalized_return", "train/loss",
+            # the policy's exact exploitability, read at every information state
+            "eval/kuhn_poker/exploitability", "eval/leduc_poker/exploitability"} <= set(metrics)
+    assert 0 < metrics["eval/kuhn_poker/exploitability"] <= 2
+    table = json.loads((stage_dir(run, 0, EVALUATE) / "exploitability_leduc_poker.json")
+                       .read_text())
+    assert len(table["policy"]) == 936 and table["temperature"] == 0.6

@@ -354,3 +354,42 @@ def test_warmup_micro_batches_take_the_same_steps(model, micro):
     assert whole == pytest.approx(parts, rel=1e-4) and whole[0] > whole[-1]
     for name, p in w1.items():
         assert torch.allclose(p, w2[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_the_trust_region_stops_the_update_once_the_kl_to_the_old_policy_passes_its_bound(
+        model):
+    """algorithm.max_kl: the first step always runs; a step whose minibatch already finds the
+    weights past the bound is not taken (its gradient dropped), nor any after it."""
+    samples = [replace(s, advantage=(-1.0) ** i) for i, s in enumerate(_samples(8))]
+    optim = OptimConfig(warmup_steps=0, minibatches=4)
+
+    def update(bound):
+        policy, seen = copy.deepcopy(model), []
+        opt = torch.optim.SGD(policy.parameters(), lr=50.0)  # steps that move the log-probs
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        m = ppo_update(policy, None, TorchUpdater(policy, opt, sched, grad_clip=1.0), samples,
+                       AlgorithmConfig(kl_coef=0.0, max_kl=bound), optim, pad_id=0, seed=0,
+                       progress=False, on_step=lambda j, sm: seen.append(sm["approx_kl_old"]))
+        return m, sched, seen
+
+    m, sched, kls = update(None)
+    assert m["optimizer_steps"] == sched.last_epoch == 4.0 and m["trust_region_stops"] == 0.0
+    assert kls[0] == 0.0 and kls[1] > 0  # measured before each step: the first has not moved
+    m, sched, seen = update(kls[1] / 2)
+    assert m["optimizer_steps"] == sched.last_epoch == 1.0 and m["trust_region_stops"] == 1.0
+    assert seen == kls[:1]
+
+
+def test_mirror_rows_train_by_likelihood_toward_their_targets(model):
+    """train_actions: mirror: each row's advantage is a target probability, fitted by
+    -target x log-probability (no ratio), so a row with target 0 carries no gradient."""
+    base = _samples(2)
+    rows = [replace(base[0], advantage=0.0), replace(base[1], advantage=1.0)]
+    algo = AlgorithmConfig(kl_coef=0.0, train_actions="mirror",
+                           loss_aggregation="seq_mean_token_sum")
+    fwd = Forward(0, False, True, True, None)
+    policy = copy.deepcopy(model)
+    m = _step(policy, TorchUpdater(policy, *_sgd(policy), grad_clip=1.0), None, None, rows,
+              [0, 1], algo, OptimConfig(), fwd)
+    logp, mask = sequence_logprobs(policy, [rows[1]], fwd)
+    assert m["pg_loss"] == pytest.approx(-float((logp * mask).sum().detach()) / 2, rel=1e-4)

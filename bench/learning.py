@@ -42,7 +42,7 @@ from cli.main import main as mars  # noqa: E402
 from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
 from mars_core.games.blotto import format_allocation  # noqa: E402
 from mars_core.lab import blotto, coverage, kuhn, tictactoe  # noqa: E402
-from mars_core.rollout.reports import learning_curve_plot  # noqa: E402
+from mars_core.rollout.reports import exploitability_plot, learning_curve_plot  # noqa: E402
 from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
                                   read_episodes, stage_dir)
@@ -118,34 +118,6 @@ def exploitability_markdown(exp: dict[str, dict[str, dict]], steps: dict) -> str
             out.append("\nReferences: uniform (bot:random) 0.4583, always bet 0.3333, a Nash "
                        "equilibrium 0.")
     return "\n".join(out) + ("\n" if out else "")
-
-
-def exploitability_plot(exp: dict[str, dict[str, dict]], steps: dict, path: Path,
-                        title: str) -> bool:
-    """Exploitability against minutes of training, one line per game; False when none."""
-    games = sorted({g for by in exp.values() for g in by})
-    if not games:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for game in games:
-        pts = [(steps[label][1], by[game]["exploitability"]) for label, by in exp.items()
-               if game in by]
-        ax.plot(*zip(*pts), marker="o", label=game)
-    ax.set_xlabel("minutes of training (warm-up, rollouts, updates)")
-    ax.set_ylabel("exploitability (NashConv / 2)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
 
 
 def _kuhn_decisions(episodes):

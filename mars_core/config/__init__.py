@@ -24,7 +24,7 @@ from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # 
 from mars_core.config.rewards import OUTCOMES, In2AIRewards, RewardsConfig  # noqa: F401
 from mars_core.config.train import (TRAJECTORY_ESTIMATORS, VALUE_LABELLED,  # noqa: F401
                                     AlgorithmConfig, BatchingConfig, OptimConfig, TrainerConfig)
-from mars_core.games.catalog import check_game, check_prompt
+from mars_core.games.catalog import NASH_GAMES, check_game, check_prompt
 from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
                                        check_suite, is_bot)
 from mars_core.privacy.redact import redact
@@ -316,6 +316,10 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     return config_from_dict(_merge(data, parse_overrides(overrides)), model)
 
 
+# the games whose exploitability is computed exactly (mars_core.strength.exploitability)
+SMALL = NASH_GAMES
+
+
 class GameEvalConfig(_Section):
     """A game evaluation preset (`configs/eval/*.yaml`; the MARS strategic-ability protocol):
     which opponents each game meets, how many games per game x opponent x seat, and how the
@@ -336,8 +340,6 @@ class GameEvalConfig(_Section):
     @model_validator(mode="after")
     def _fitting_suite(self):
         check_suite(self.suite, POLICY)
-        from mars_core.strength.exploitability import GAMES as SMALL
-
         for game in self.exploitability or ():
             if game not in SMALL:
                 raise ValueError(f"exploitability: {game!r} is not a game whose exploitability "

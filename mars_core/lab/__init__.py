@@ -8,7 +8,9 @@
   response by supervision; `bench/lab.py`, `make lab`);
 - `coverage`: how many Tic-Tac-Toe positions a policy that learns them one by one must be
   taught to reach a score (a table policy, scored exactly or by sampled games;
-  `bench/coverage.py`, `make lab-coverage`).
+  `bench/coverage.py`, `make lab-coverage`);
+- `selfplay`: self-play updates on a table policy, values from sampled batches or exact,
+  exploitability exact: the ceiling of an update (`bench/selfplay_tabular.py`).
 
-May import: games, models, rollout.
+May import: advantages, games, models, rollout, strength.
 """

@@ -240,3 +240,16 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
                 use_cache=use_cache, logits_to_keep=logits_to_keep)
     positions = torch.cat([p_pos.index_select(0, rows), s_pos], dim=1)
     return BatchOutput(out.logits, out.past_key_values if use_cache else None, mask, positions)
+
+
+def enable_gradient_checkpointing(model, enabled: bool) -> None:
+    """`trainer.gradient_checkpointing`: recompute activations in backward (less memory, one
+    more forward per micro-batch). Non-reentrant, so it works with frozen inputs and ZeRO.
+    transformers >= 5.2x names it `activation_checkpointing_enable` (the old name warns)."""
+    if not enabled:
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

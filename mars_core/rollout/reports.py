@@ -88,3 +88,31 @@ def learning_curve_plot(rows: list[dict], steps: dict[str, tuple[int, float]], p
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def exploitability_plot(exp: dict[str, dict[str, dict]], steps: dict, path: Path,
+                        title: str) -> bool:
+    """Exploitability against minutes of training, one line per game; False when none."""
+    games = sorted({g for by in exp.values() for g in by})
+    if not games:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for game in games:
+        pts = [(steps[label][1], by[game]["exploitability"]) for label, by in exp.items()
+               if game in by]
+        ax.plot(*zip(*pts), marker="o", label=game)
+    ax.set_xlabel("minutes of training (warm-up, rollouts, updates)")
+    ax.set_ylabel("exploitability (NashConv / 2)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -3,9 +3,11 @@ training recipe is stronger.
 
 - `suite`: the game evaluation (the evaluate and strength stages, `mars eval games`):
   a policy against fixed opponents, every game x opponent x seat, as normalized returns;
-- `ablation`: an ablation across seeds, aggregated (`mars compare`).
+- `ablation`: an ablation across seeds, aggregated (`mars compare`);
+- `exploitability`: Kuhn's and Leduc's exact exploitability of a language-model policy, read
+  at every information state.
 
 The intervals both use are `mars_core/stats/`; the reasoning benchmarks are `reasoning/`.
 
-May import: games, rollout, stats, types, vocab.
+May import: games, models, rollout, stats, types, vocab.
 """

@@ -23,7 +23,7 @@ from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.run.layout import COMPUTE_ADVANTAGES
 from mars_core.training.losses import (aggregate_denominator, behaviour_metrics, importance_weights,
                                        ppo_objective)
-from mars_core.models.prefix import batch_forward
+from mars_core.models.prefix import batch_forward, enable_gradient_checkpointing  # noqa: F401
 from mars_core.training.chunks import chunks as _chunks, distinct_chunks, rank_chunks, rows_of
 
 
@@ -206,10 +206,6 @@ METRIC_SUMS = ("loss", "pg_loss", "kl", "entropy") + TOKEN_MEANS
 METRIC_MAXES = ("ratio_max", "is_weight_max")  # maxima over chunks, ranks and steps
 
 
-# the train_actions whose rows carry target probabilities, fitted by likelihood
-SURROGATES = {"mirror": "likelihood"}
-
-
 class TorchUpdater:
     """The plain PyTorch optimizer step: clip the global gradient norm to `grad_clip`, step
     the optimizer, then the LR scheduler. `step` returns (the norm before clipping, the lr the
@@ -230,19 +226,6 @@ class TorchUpdater:
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-
-
-def enable_gradient_checkpointing(model, enabled: bool) -> None:
-    """`trainer.gradient_checkpointing`: recompute activations in backward (less memory, one
-    more forward per micro-batch). Non-reentrant, so it works with frozen inputs and ZeRO.
-    transformers >= 5.2x names it `activation_checkpointing_enable` (the old name warns)."""
-    if not enabled:
-        return
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd: Forward,
@@ -278,7 +261,9 @@ def _step(model, updater, ref_logps, old_logps, samples, mb, algo, optim, fwd: F
                                 dual_clip=algo.dual_clip, kl_coef=algo.kl_coef, entropy=ent,
                                 entropy_coef=algo.entropy_coef, aggregation=mode,
                                 denominator=denom, clip_eps_high=algo.clip_eps_high, weights=w,
-                                surrogate=SURROGATES.get(algo.train_actions, "clipped"))
+                                # mirror rows carry target probabilities, fitted by likelihood
+                                surrogate="likelihood" if algo.train_actions == "mirror"
+                                else "clipped")
         scale = weight * world
         updater.backward(loss if scale == 1.0 else loss * scale)
         if weight == 0.0:

@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-durations test-unit docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-durations test-unit test-games docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -108,6 +108,12 @@ test-durations: setup
 # are tests/flows, e2e, faults, cluster, browser), a few minutes on 2 cores.
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) tests/unit
+
+# Every sampled engine game by name (issue 62) with the embedded model: 40 OpenSpiel games and
+# 25 TextArena ones, one real model turn each (`make test` plays a slice of them).
+test-games: setup
+	MARS_ALL_GAMES=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit/test_engine_games.py \
+	    tests/unit/test_textarena_generic.py
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ with --strict (a
 # broken link or anchor, a page missing from the nav, fails; `make test` runs the same build in

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from types import ModuleType
 
-from cli import arena, check, compare, evaluate, replay, services, train
+from cli import arena, check, compare, evaluate, games, replay, services, train
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ COMMANDS: dict[str, Command] = {  # in the order `mars --help` lists them
     "compare": Command(compare, resumable=True),
     "eval": Command(evaluate),
     "replay": Command(replay, prefect=False),  # a file tool
+    "games": Command(games, prefect=False),  # reads the game engines only
     "arena": Command(arena),
     "services": Command(services, prefect=False),  # starts the Prefect server itself
 }

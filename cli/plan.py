@@ -93,6 +93,26 @@ def _per_game(cfg) -> str:
     return ", ".join(f"{g} {about}{counts[g]}" for g in r.games)
 
 
+def engine_game_lines(games) -> list[str]:
+    """What the run does with a game named through its engine (`openspiel:<name>`,
+    `textarena:<EnvId>`): the generic adapter, the seats, what the bots can do."""
+    from mars_core.games.catalog import is_generic, record
+    from mars_core.games.registry import make_game
+
+    lines = []
+    for game in dict.fromkeys(games):
+        if not is_generic(game):
+            continue
+        rec, adapter = record(game), make_game(game)
+        limit = f", scored as it stands after {adapter.move_limit} moves" \
+            if adapter.move_limit else ""
+        info = ("perfect information: bot:random or bot:mcts-N" if rec.family == "openspiel"
+                and not rec.hidden_information else "bot:random")
+        lines.append(f"  {game}: the generic {rec.family} adapter (the engine's own rules, "
+                     f"state and actions), {adapter.num_players} seats, {info}{limit}")
+    return lines
+
+
 def training_plan(cfg) -> list[str]:
     n, r, e, w = cfg.run.iterations, cfg.rollout, cfg.evaluation, cfg.warmup
     evaluated = evaluated_after(n, e.every)
@@ -100,7 +120,7 @@ def training_plan(cfg) -> list[str]:
     per_eval = suite_games(suite, e.games_per_seat)
     evaluations = len(evaluated) + bool(e.every and e.at_start)
     probes = w.probe_games * (2 if w.steps else 1)
-    lines = [f"games: {', '.join(r.games)}",
+    lines = [f"games: {', '.join(r.games)}", *engine_game_lines((*r.games, *e.held_out)),
              "training opponents (the policy holds one seat against an opponent, every "
              "seat in self-play):", *_opponents(cfg),
              f"evaluation opponents ({e.games_per_seat} games per game x opponent x seat):",

@@ -382,6 +382,30 @@ def readme_page(text: str | None = None) -> str:
     return _MERMAID.sub(lambda _: "```mermaid\n" + dag_mermaid() + "```", text)
 
 
+def games_page() -> str:
+    """docs/games/playable.md: every game playable by name, from the engines installed
+    (`mars_core.games.listing`, what `mars games --refused` prints)."""
+    from mars_core.games.listing import rows, table
+
+    listed = rows()
+    ok = [r for r in listed if not r.refused]
+    count = {e: sum(r.engine == e and r.adapter == "generic" for r in ok)
+             for e in ("openspiel", "textarena")}
+    return "\n".join([
+        "<!-- " + GENERATED.format(what="mars_core/games/listing.py") + " -->", "",
+        "# Every playable game", "",
+        f"{len(ok)} games play by name: the {len(ok) - sum(count.values())} hand-written ones, "
+        f"{count['openspiel']} OpenSpiel games (`openspiel:<name>`, parameters as "
+        "`openspiel:liars_dice(numdice=1)`) and "
+        f"{count['textarena']} TextArena environments (`textarena:<EnvId>`) through the generic "
+        "adapters ([Bring your own game](adding.md#bring-your-own-game)). `mars games` prints "
+        "this table from the engines installed; the refused games close it, each with its "
+        "reason. **opponents**: the bots that fit (`bot:mcts-N` searches the true state, so "
+        "only in perfect-information OpenSpiel games); **exploitability**: measured exactly at "
+        "every evaluation; **move limit**: the game is scored as it stands after that many "
+        "moves.", "", *table(listed), ""])
+
+
 _CHAIN = re.compile(r"^iter_k: .*?\n(?=final/)", re.S | re.M)
 
 
@@ -407,6 +431,7 @@ PAGES = {  # in writing order: README.md before docs/index.md, which is made fro
     "docs/reference/packages.md": packages_page,
     "docs/dag.md": dag_page,
     "docs/architecture.md": architecture_page,
+    "docs/games/playable.md": games_page,
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from mars_core.games.catalog import file_name
 from mars_core.games.opponents import check_suite
 from mars_core.run.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
                                   STRENGTH_MD, input_dir, read_episodes, stage_dir, write_episodes)
@@ -56,7 +57,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
         records = suite_records(cells, episodes, policy)
         for game in suite:
             mine = [ep for ep in episodes if ep.game == game]
-            (out / f"transcripts_{game}.md").write_text(
+            (out / f"transcripts_{file_name(game)}.md").write_text(
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / RESULTS_FILE, records)
@@ -67,7 +68,7 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                           r[key] for r in records for key in _KEYS}
 
     child = nested_run(run_dir, f"eval_step{step:04d}")
-    files = (RESULTS_FILE, *(f"transcripts_{game}.md" for game in suite))
+    files = (RESULTS_FILE, *(f"transcripts_{file_name(game)}.md" for game in suite))
     metrics = run_stage(run_dir, k, EVALUATE, body, step=step, artifacts=files, run_id=child)
     drop_shards(stage_dir(run_dir, k, EVALUATE))  # merged into the stage folder
     log_metrics_once(run_dir, metrics, step)  # the training run's curves too

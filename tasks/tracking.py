@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param, RunTag
 from tenacity import (RetryError, retry, retry_if_exception, stop_after_delay,
                       wait_exponential)
 
+from mars_core.games.catalog import file_name
 from mars_core.run.layout import CONFIG_FILE, RUN_FILE
 from mars_core.privacy.redact import redact, redact_text
 from mars_core.run.commit import fault_point, read_json, write_json
@@ -321,7 +322,8 @@ def log_one_run(tracking: str | MlflowClient, experiment: str, name: str, tags: 
     client.log_batch(run_id, params=as_params(params or {}))
     now = int(time.time() * 1000)
     pairs = metrics.items() if isinstance(metrics, dict) else metrics
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in pairs])
+    client.log_batch(run_id, metrics=[Metric(_metric_key(k), float(v), now, 0)
+                                      for k, v in pairs])
     for artifact_file, rows in (tables or {}).items():
         client.log_table(run_id, pd.DataFrame(rows), artifact_file)
     for f in files:
@@ -362,7 +364,7 @@ def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
                         {**kind, "mars.game": game}, parent=parent,
                         metrics=[(_metric_key(r["opponent"], f"seat{r['seat']}", key), r[key])
                                  for r in mine for key in GAME_EVAL_KEYS],
-                        tables={f"{game}_results.json": mine})
+                        tables={f"{file_name(game)}_results.json": mine})
 
     return log_one_run(tracking, experiment, f"strategic {policy}", {**kind, "mars.policy": policy},
                        params=params, metrics=metrics, tables={"strategic_results.json": records},

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mars_core.games.opponents import check_opponent, is_bot
-from mars_core.games.registry import GAMES, make_game
+from mars_core.games.catalog import check_game
+from mars_core.games.registry import make_game
 
 NEWCOMER = "<newcomer>"
 
@@ -98,8 +99,7 @@ def _expand(game: str, combos: list[tuple[str, ...]], n: int, seed: int,
 
 def check_games(games: list[str]) -> None:
     for g in games:
-        if g not in GAMES:
-            raise ValueError(f"unknown game {g!r}; choose one of: {', '.join(GAMES)}")
+        check_game(g)
         if make_game(g).cooperative:
             raise ValueError(f"{g} is cooperative (one shared score): the arena rates "
                              "competitive games only")

@@ -25,8 +25,8 @@ from mars_core.config.rewards import OUTCOMES, In2AIRewards, RewardsConfig  # no
 from mars_core.config.train import (TRAJECTORY_ESTIMATORS, VALUE_LABELLED,  # noqa: F401
                                     AlgorithmConfig, BatchingConfig, OptimConfig, TrainerConfig)
 from mars_core.games.catalog import NASH_GAMES, check_game, check_prompt
-from mars_core.games.opponents import (DEFAULT_OPPONENTS, MARS_OPPONENTS, check_opponent,
-                                       check_suite, is_bot)
+from mars_core.games.opponents import (MARS_OPPONENTS, check_opponent, check_suite,
+                                       default_opponents, is_bot)
 from mars_core.privacy.redact import redact
 from mars_core.vocab import POLICY
 
@@ -75,7 +75,7 @@ class EvaluationConfig(_Section):
     every: int = Field(1, ge=0)  # evaluate after every k-th iteration; 0 disables
     at_start: bool = True  # evaluate the starting policy (after warm-up) as step 0
     # game -> opponent, or a list of opponents; a game not named here meets its first default
-    # opponent (games.opponents.DEFAULT_OPPONENTS: Tic-Tac-Toe bot:mcts-100, Connect Four
+    # opponent (games.opponents.default_opponents: Tic-Tac-Toe bot:mcts-100, Connect Four
     # bot:mcts-10, poker bot:nash, Hanabi self, Blotto bot:random, IPD bot:tit-for-tat,
     # Codenames and Mafia bot:random)
     opponents: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)
@@ -106,7 +106,7 @@ class EvaluationConfig(_Section):
     def opponents_for(self, game: str) -> tuple[str, ...]:
         named = self.opponents.get(game)
         if named is None:
-            return DEFAULT_OPPONENTS[game][:1]
+            return default_opponents(game)[:1]
         return (named,) if isinstance(named, str) else tuple(named)
 
     def suite(self, training_games) -> dict[str, tuple[str, ...]]:
@@ -360,7 +360,7 @@ def load_game_eval_config(path: str | Path | None = None, games: list[str] | Non
         _merge(base, parse_overrides(overrides)), GameEvalConfig)
     suite = {g: list(o) for g, o in cfg.suite.items()}
     if games:
-        suite = {g: list(opponents or suite.get(g) or DEFAULT_OPPONENTS.get(g, ())) for g in games}
+        suite = {g: list(opponents or suite.get(g) or default_opponents(g)) for g in games}
     elif opponents:
         suite = {g: list(opponents) for g in suite}
     data = cfg.model_dump(mode="json") | {"suite": suite}

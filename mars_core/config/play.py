@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from mars_core.config.base import _Section
-from mars_core.games.catalog import MARS_GAMES, check_game, check_prompt
+from mars_core.games.catalog import check_game, check_prompt, record
 from mars_core.games.opponents import check_opponents
 from mars_core.vocab import SELF
 
@@ -135,7 +135,7 @@ class RolloutConfig(PlayConfig):
             if game not in self.games:
                 raise ValueError(f"rollout.opponents names {game}, which is not in rollout.games")
             check_opponents(game, opponents)
-        cloneless = [g for g in self.games if g not in MARS_GAMES]
+        cloneless = [g for g in self.games if record(g).family != "openspiel"]
         if self.mc_rollouts and cloneless:
             raise ValueError(f"rollout.mc_rollouts: Monte-Carlo values need OpenSpiel games "
                              f"(cloned states); {', '.join(cloneless)} is not one")

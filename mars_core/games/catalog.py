@@ -6,12 +6,18 @@ Every other table is read from it: the names and family tuples below, the trait 
 checks read, the adapters (`registry.ADAPTERS`), the opponents (`opponents.DEFAULT_OPPONENTS`)
 and the pipelines (`mars_core.postprocess.PIPELINES`). A leaf: no game engine is imported
 until an adapter is asked for, so config validation and the CLI's checks read it freely; a
-test keeps the traits equal to the adapters' own (`tests/unit/test_games.py`).
+test keeps the traits equal to the adapters' own (`tests/unit/test_games.py`). An engine's own
+game named `openspiel:<name>` or `textarena:<EnvId>` gets its record from `record(name)`, built
+from the engine (which loads then) by the family's generic adapter module (`GENERIC`).
 """
 from __future__ import annotations
 
+import importlib
+import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from mars_core import games  # the family modules, as attributes imported on first use
@@ -121,17 +127,74 @@ NASH_GAMES = _names(nash=True)  # the games with a stored Nash policy (games/nas
 COMPACT_PROMPT_GAMES = _names(compact_prompt=True)
 
 
+_BY_NAME = {g.name: g for g in CATALOG}
+# The engines' own games by name (`openspiel:<short_name>(key=value,...)`,
+# `textarena:<EnvId>`): the family's module of generic adapters, imported when such a name is
+# first asked for (its engine loads then, to check the game).
+GENERIC = {"openspiel": "openspiel_generic", "textarena": "textarena_generic"}
+
+
+def record(name: str) -> Game:
+    """The game's record: a catalog game's, or one built for an engine's game named by
+    `<family>:<name>` (traits read from the engine; opponents `bot:random`). ValueError in
+    one line for an unknown name or a game that cannot be played, with the reason."""
+    if not isinstance(name, str):
+        raise ValueError(f"a game name is text, not {name!r}")
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    family, sep, spec = name.partition(":")
+    if sep and family in GENERIC:
+        return _generic(family, spec)
+    raise ValueError(f"unknown game {name!r}; choose one of: {', '.join(GAMES)}, or any "
+                     f"engine game as {' or '.join(f'{f}:<name>' for f in GENERIC)} "
+                     "(`mars games` lists them)")
+
+
+@lru_cache(maxsize=None)
+def _generic(family: str, spec: str) -> Game:
+    module = importlib.import_module(f"mars_core.games.{GENERIC[family]}")
+    traits = module.describe(spec)  # ValueError naming the game and why it cannot be played
+    return Game(f"{family}:{spec}", family, lambda: module.adapter(spec), ("bot:random",),
+                cooperative=traits["cooperative"],
+                hidden_information=traits["hidden_information"])
+
+
+def is_generic(name: str) -> bool:
+    """Whether `name` is an engine's game named through its family (`openspiel:nim`)."""
+    return name not in _BY_NAME and name.partition(":")[0] in GENERIC
+
+
+def order_key(name: str) -> tuple:
+    """Listings and the evaluation's seeds go in the catalog's order, then engine games by
+    name (`game_index` gives those a stable index of their own)."""
+    return (0, GAMES.index(name), "") if name in _BY_NAME else (1, 0, name)
+
+
+def game_index(name: str) -> int:
+    """A stable index per game for seeds: the catalog's position, or for an engine game a
+    number from its name (the same in every process and run)."""
+    if name in _BY_NAME:
+        return GAMES.index(name)
+    return len(GAMES) + zlib.crc32(name.encode()) % 100_000
+
+
+def file_name(name: str) -> str:
+    """The game's name as a part of a file name (`openspiel:liars_dice(numdice=1)` ->
+    `openspiel_liars_dice_numdice_1_`): letters, digits, `_ - .` only."""
+    return re.sub(r"[^\w.\-]", "_", name)
+
+
 def check_game(name: str) -> None:
-    """Raise ValueError listing the valid names for an unknown game."""
-    if name not in GAMES:
-        raise ValueError(f"unknown game {name!r}; choose one of: {', '.join(GAMES)}")
+    """Raise ValueError naming the valid choices for an unknown game (or why an engine's game
+    cannot be played)."""
+    record(name)
 
 
 def check_prompt(style: str, games) -> None:
     """Raise ValueError when a game has no layout `style` (every game has "paper")."""
     if style == "paper":
         return
-    missing = [g for g in games if g not in COMPACT_PROMPT_GAMES]
+    missing = [g for g in games if not record(g).compact_prompt]
     if missing:
         raise ValueError(f"play.prompt {style}: no compact layout for {', '.join(missing)} "
                          f"(games with one: {', '.join(COMPACT_PROMPT_GAMES)})")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 
-from mars_core.games.catalog import (CATALOG, COOPERATIVE_GAMES, HIDDEN_INFORMATION_GAMES,
-                                     NASH_GAMES, check_game)
+from mars_core.games.catalog import CATALOG, NASH_GAMES, check_game, record
 from mars_core.vocab import BOT_PREFIX, FROZEN, SELF  # noqa: F401 (FROZEN: asked for here)
 
 MCTS = re.compile(r"^bot:mcts-([1-9]\d*)$")
@@ -32,6 +31,12 @@ MARS_OPPONENTS: dict[str, tuple[str, ...]] = {
     g.name: g.opponents for g in CATALOG if g.suite in ("mars-train", "mars-held-out")}
 MINDGAMES_OPPONENTS: dict[str, tuple[str, ...]] = {
     g.name: g.opponents for g in CATALOG if g.suite == "mindgames"}
+
+
+def default_opponents(game: str) -> tuple[str, ...]:
+    """The opponents `game` meets by default, the first the evaluation's default: its record's
+    (`bot:random` for an engine's game named `<family>:<name>`)."""
+    return record(game).opponents
 
 
 def is_bot(spec: str) -> bool:
@@ -53,16 +58,19 @@ def check_opponent(spec: str, game: str) -> None:
     if spec == SELF:
         return
     check_bot_spec(spec)
-    check_game(game)
-    if game in COOPERATIVE_GAMES and spec != "bot:random":
+    rec = record(game)
+    if rec.cooperative and spec != "bot:random":
         raise ValueError(f"opponent {spec!r} does not fit {game}: the partner in a cooperative "
                          f"game is the policy itself ({SELF!r}) or bot:random")
     if spec in GAME_BOTS and GAME_BOTS[spec] != game:
         raise ValueError(f"opponent {spec!r} does not fit {game}: it plays {GAME_BOTS[spec]}")
-    if spec == "bot:nash" and game not in NASH_GAMES:
+    if spec == "bot:nash" and not rec.nash:
         raise ValueError(f"opponent 'bot:nash' does not fit {game}: Nash policies exist for "
                          f"{', '.join(NASH_GAMES)}")
-    if MCTS.match(spec) and game in HIDDEN_INFORMATION_GAMES:
+    if MCTS.match(spec) and rec.family != "openspiel":
+        raise ValueError(f"opponent {spec!r} does not fit {game}: MCTS searches OpenSpiel "
+                         "states, and this is a TextArena game")
+    if MCTS.match(spec) and rec.hidden_information:
         raise ValueError(f"opponent {spec!r} does not fit {game}: MCTS searches the true state, "
                          "so in a game with hidden information it would see what is hidden")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from mars_core.games.base import GameAdapter
-from mars_core.games.catalog import CATALOG, GAMES, check_game
+from mars_core.games.catalog import CATALOG, GAMES, record
 
 # name -> its adapter class, imported when called, in the catalog's order
 ADAPTERS: dict[str, Callable[[], type[GameAdapter]]] = {g.name: g.adapter for g in CATALOG}
@@ -15,8 +15,8 @@ assert tuple(ADAPTERS) == GAMES, "the registry and the catalog name the same gam
 
 
 def game_class(name: str) -> type[GameAdapter]:
-    check_game(name)
-    return ADAPTERS[name]()
+    """The adapter class of a catalog game, or of an engine's game named `<family>:<name>`."""
+    return record(name).adapter()
 
 
 @lru_cache(maxsize=None)

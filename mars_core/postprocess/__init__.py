@@ -20,7 +20,7 @@ from types import ModuleType
 import polars as pl
 
 from mars_core.config import RewardsConfig
-from mars_core.games.catalog import CATALOG
+from mars_core.games.catalog import CATALOG, record
 from mars_core.run.layout import ASSIGN_REWARDS, BUILD_PLAYERS, FILTER_STEPS
 from mars_core.postprocess.common import (DEPENDS_ON_INVALID_STEP, GATE_REASONS, NOT_TRAINABLE,
                                           OUTCOME_UNOBSERVED, UNFINISHED_UNIT, PlayerResult)
@@ -62,10 +62,14 @@ __all__ = ["PIPELINES", "PLAYER_SCHEMA", "GATE_REASONS", "NOT_TRAINABLE",
 
 def pipeline(game: str) -> ModuleType:
     """The post-episode module of a game; unknown names list the known ones."""
-    if game not in PIPELINES:
+    if game in PIPELINES:
+        return PIPELINES[game]
+    try:
+        rec = record(game)  # an engine's game by name: its family's default pipeline
+    except ValueError:
         raise ValueError(f"no post-episode pipeline for game {game!r}; known games: "
-                         + ", ".join(PIPELINES))
-    return PIPELINES[game]
+                         + ", ".join(PIPELINES)) from None
+    return _pipeline_module(game, rec.pipeline)
 
 
 def build_players(episode: Episode, cfg: RewardsConfig) -> tuple[PlayerResult, ...]:

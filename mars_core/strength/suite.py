@@ -25,8 +25,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from mars_core.games.catalog import game_index, order_key
 from mars_core.games.opponents import check_suite, is_bot
-from mars_core.games.registry import GAMES, make_game
+from mars_core.games.registry import make_game
 from mars_core.stats.intervals import mean_ci95
 from mars_core.rollout.play import EpisodeSpec, PromptBuilder, RolloutStats, play_episodes
 from mars_core.types import Episode, SamplingParams
@@ -55,7 +56,7 @@ def suite_specs(suite: dict[str, list[str] | tuple[str, ...]], policy: str, n: i
     specs, cells = [], []
     for game, opponents in suite.items():
         players = make_game(game).num_players
-        gi = list(GAMES).index(game)
+        gi = game_index(game)
         for oi, opp in enumerate(opponents):
             rounds = [(None, (policy,) * players)] if opp == SELF else [
                 (s, tuple(policy if p == s else opp for p in range(players))) for s in range(players)]
@@ -126,7 +127,7 @@ def radar_chart(scores: dict[str, dict[str, float]], path, title: str = "") -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    games = [g for g in GAMES if any(g in s for s in scores.values())]
+    games = sorted({g for s in scores.values() for g in s}, key=order_key)
     angles = [2 * math.pi * i / len(games) for i in range(len(games))]
     fig, ax = plt.subplots(figsize=(6, 6), subplot_kw={"polar": True})
     for label, per_game in scores.items():
@@ -147,7 +148,7 @@ def comparison_table(scores: dict[str, dict[str, float]]) -> tuple[list[dict], s
     """The ablation table (the MARS paper's Table 4 layout): one row per policy, one column per
     game (normalized return, 0-100, in the suite's game order) and their mean. Returns the rows
     (for JSON / an MLflow table) and the same table as Markdown."""
-    games = [g for g in GAMES if any(g in s for s in scores.values())]
+    games = sorted({g for s in scores.values() for g in s}, key=order_key)
     rows = []
     for label, per_game in scores.items():
         row = {"policy": label, **{g: per_game.get(g) for g in games}}

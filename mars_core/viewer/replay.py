@@ -28,7 +28,7 @@ import polars as pl
 
 from mars_core.games.base import GameAdapter
 from mars_core.games.opponents import is_bot
-from mars_core.games.registry import GAMES, make_game
+from mars_core.games.registry import make_game
 from mars_core.run.layout import (ADVANTAGES_FILE, COMPUTE_ADVANTAGES, EPISODES_FILE,
                                   EPISODES_SAMPLE_FILE, SAMPLES_FILE, TURN_STAGES, TURNS_FILE,
                                   iteration_of)
@@ -206,7 +206,10 @@ def _advantages(path: Path) -> dict[str, dict[int, float]]:
 # -- page data ----------------------------------------------------------------------------------
 def _adapter(game: str) -> GameAdapter | None:
     """The game's adapter, or None for a game this version does not know."""
-    return make_game(game) if game in GAMES else None
+    try:
+        return make_game(game)
+    except ValueError:
+        return None
 
 
 def split_reply(reply: str) -> tuple[str, str]:

@@ -78,7 +78,8 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 
 def exploitability_metrics(cfg, policy: str, games, out: Path) -> dict:
     """The policy's exact exploitability in each of `games` small enough for it (Kuhn,
-    Leduc), read at the rollouts' temperature in the run's prompt layout: written to
+    Leduc), read at the rollouts' temperature in the run's prompt layout (sampled, with its
+    interval, for a reasoning policy: `exploitability.measure_policy`): written to
     `<out>/exploitability_<game>.json` (with the table read), returned as `eval/<game>/...`
     metrics. Nothing where `evaluation.exploitability` is off or no game qualifies; a layout
     it cannot read (reasoning, kept history) is one warning, not a failed evaluation."""
@@ -91,17 +92,19 @@ def exploitability_metrics(cfg, policy: str, games, out: Path) -> dict:
     builder = prompt_builder(cfg, engine.tokenizer)
     metrics: dict[str, float] = {}
     for game in games:
-        temperature = cfg.rollout.per_game_sampling(0).get(
-            game, cfg.rollout.sampling(0)).temperature
+        params = cfg.rollout.per_game_sampling(0).get(game, cfg.rollout.sampling(0))
         try:
-            result = ex.measure(engine.model, engine.tokenizer, builder, game,
-                                temperature=temperature, autocast=engine.autocast_bf16)
+            result = ex.measure_policy(engine, builder, game, params)
         except ValueError as exc:
             print(f"exploitability of {game} not measured: {exc}")
             continue
         write_json(out / f"exploitability_{game}.json", result)
         metrics[f"eval/{game}/exploitability"] = result["exploitability"]
         metrics[f"eval/{game}/legal_mass"] = result["legal_mass"]
+        if "interval95" in result:  # sampled (a reasoning policy): its bootstrap interval
+            low, high = result["interval95"]
+            metrics[f"eval/{game}/exploitability_low"] = low
+            metrics[f"eval/{game}/exploitability_high"] = high
         for seat, value in enumerate(result["best_response"]):
             metrics[f"eval/{game}/best_response_seat{seat}"] = value
     return metrics

@@ -70,7 +70,7 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
         exploitability = policy_exploitability(
             engine, prompts, [g for g in cfg.suite
                               if cfg.exploitability is None or g in cfg.exploitability],
-            cfg.play.sampling(cfg.seed).temperature)
+            cfg.play.sampling(cfg.seed), cfg.play.per_game_sampling(cfg.seed))
     for r in records:
         print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
               f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
@@ -82,25 +82,29 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
             "bf16": bool(getattr(engine, "autocast_bf16", False))}  # which precision played
 
 
-def policy_exploitability(engine, prompts: PromptBuilder, games, temperature: float) -> dict:
-    """game -> the policy's exact exploitability figures (`mars_core.strength.exploitability`,
-    the table left out) for the games small enough, read at `temperature` in the layout the
-    suite plays; a layout it cannot read gives {"skipped": the reason}."""
+def policy_exploitability(engine, prompts: PromptBuilder, games, params, per_game=None) -> dict:
+    """game -> the policy's exploitability figures (`mars_core.strength.exploitability`, the
+    table left out) for the games small enough, read with the suite's sampling settings
+    (`params`, a game's own from `per_game`) in the layout the suite plays: exactly, or
+    sampled with its interval for a reasoning policy; a layout it cannot read (kept history)
+    gives {"skipped": the reason}."""
     from mars_core.strength import exploitability as ex
 
     out = {}
     for game in (g for g in games if g in ex.GAMES):
+        game_params = (per_game or {}).get(game, params)
         try:
-            r = ex.measure(engine.model, engine.tokenizer, prompts, game,
-                           temperature=temperature, autocast=engine.autocast_bf16)
+            r = ex.measure_policy(engine, prompts, game, game_params)
         except ValueError as exc:
             out[game] = {"skipped": str(exc)}
             print(f"{game}: exploitability not measured: {exc}")
             continue
-        out[game] = {k: v for k, v in r.items() if k != "policy"}
-        print(f"{game}: exploitability {r['exploitability']:.4f} (best responses "
+        out[game] = {k: v for k, v in r.items() if k not in ("policy", "counts")}
+        interval = " [{:.4f}, {:.4f}] (sampled)".format(*r["interval95"]) \
+            if "interval95" in r else ""
+        print(f"{game}: exploitability {r['exploitability']:.4f}{interval} (best responses "
               f"{r['best_response'][0]:+.3f} / {r['best_response'][1]:+.3f}; legal answers "
-              f"{r['legal_mass']:.1%} of the mass, temperature {temperature})")
+              f"{r['legal_mass']:.1%} of the mass, temperature {game_params.temperature})")
     return out
 
 

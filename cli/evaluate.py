@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
     s.add_argument("--preset", default=None,
                    help="evaluation preset YAML (default: the full MARS suite, 1000 games)")
     s.add_argument("--games", type=options.csv, default=None,
-                   help=f"comma-separated games to play: {', '.join(GAMES)}")
+                   help=f"comma-separated games to play: {', '.join(GAMES)}, or an engine's "
+                        "game by name: openspiel:<name>, textarena:<EnvId> (`mars games`)")
     s.add_argument("--opponents", type=options.csv, default=None,
                    help=f"comma-separated opponents: {', '.join(OPPONENT_SPECS)} (N: MCTS "
                         "simulations; each must fit its game)")

@@ -14,7 +14,16 @@ MODEL_HELP = ("embedded, a model or checkpoint folder, models:/NAME@ALIAS, or an
 
 
 def csv(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    """Comma-separated items; a comma inside parentheses stays in its item (an OpenSpiel
+    game's parameters: `openspiel:liars_dice(numdice=1,dice_sides=4),tic_tac_toe`)."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth <= 0:
+            items.append(text[start:i].strip())
+            start, depth = i + 1, 0
+    items.append(text[start:].strip())  # an unclosed parenthesis: the rest, as written
+    return [x for x in items if x]
 
 
 def tracking_args(p: argparse.ArgumentParser, experiment: str) -> None:

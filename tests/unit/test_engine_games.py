@@ -183,3 +183,11 @@ def test_the_pages_check_command_says_what_it_will_do(tmp_path, monkeypatch, cap
     out = capsys.readouterr().out
     assert "openspiel:liars_dice(numdice=1): the generic openspiel adapter" in out
     assert "2 seats, bot:random" in out and not any(tmp_path.iterdir())
+
+
+def test_a_game_list_keeps_an_openspiel_games_parameters_together():
+    from cli.options import csv
+
+    assert csv("openspiel:liars_dice(numdice=1,dice_sides=4), tic_tac_toe,,") == [
+        "openspiel:liars_dice(numdice=1,dice_sides=4)", "tic_tac_toe"]
+    assert csv("openspiel:chess(,kuhn_poker") == ["openspiel:chess(,kuhn_poker"]  # refused later

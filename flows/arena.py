@@ -30,7 +30,8 @@ from mars_core.privacy.private import reveal
 from mars_core.privacy.redact import install_log_redaction, redact
 from mars_core.viewer.replay import write_replays
 from tasks.artifacts import publish_table
-from tasks.arena import log_arena, play_arena, resolve_agents, run_checkpoints, with_verdicts
+from tasks.arena import (agents_exploitability, log_arena, play_arena, resolve_agents,
+                         run_checkpoints, with_verdicts)
 
 
 def plan(preset: str | None = None, agents: list[str] | None = None, run: str | None = None,
@@ -102,6 +103,9 @@ def arena_flow(preset: str | None = None, agents: list[str] | None = None,
     records = [game_record(m, ep) for m, ep in zip(all_matches, episodes)]
     params = cfg.trueskill.params()
     rows = leaderboard(records, params, p["frozen"], agents=list(p["agents"]))
+    exploit = agents_exploitability(models, cfg)
+    for r in rows:  # the model agents' exploitability beside their ratings (Kuhn, Leduc)
+        r.update({f"exploitability/{g}": v for g, v in exploit.get(r["agent"], {}).items()})
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     stem = out_path.with_suffix("")

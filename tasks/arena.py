@@ -78,6 +78,29 @@ def _engines(models: dict[str, str | None], cfg) -> tuple[dict, PromptBuilder | 
 
 
 @task(cache_policy=NO_CACHE)
+def agents_exploitability(models: dict[str, str | None], cfg) -> dict[str, dict[str, float]]:
+    """label -> game -> the model agent's exploitability (`mars_core.strength.exploitability`:
+    exact, or sampled for a reasoning layout) in the arena's games small enough for it, read
+    with the arena's sampling settings; {} where `cfg.exploitability` is off or no game fits."""
+    from mars_core.strength import exploitability as ex
+
+    games = [g for g in cfg.games if g in ex.GAMES] if cfg.exploitability else []
+    if not games or not any(models.values()):
+        return {}
+    engines, prompts = _engines(models, cfg)
+    out: dict[str, dict[str, float]] = {}
+    for label, engine in engines.items():
+        for game in games:
+            params = cfg.play.per_game_sampling(cfg.seed).get(game, cfg.play.sampling(cfg.seed))
+            try:
+                out.setdefault(label, {})[game] = ex.measure_policy(
+                    engine, prompts, game, params)["exploitability"]
+            except ValueError as exc:
+                print(f"{label}: exploitability of {game} not measured: {exc}")
+    return out
+
+
+@task(cache_policy=NO_CACHE)
 def play_arena(matches: list[Match], models: dict[str, str | None], cfg,
                prefix: str = "") -> list[Episode]:
     """Play every match; one game's matches at a time (mixing long and short prompts in one
@@ -119,7 +142,8 @@ def with_verdicts(episodes: list[Episode], records: list[dict]) -> list[Episode]
 def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: list[dict],
               files: list[Path], folders: dict[str, Path], tags: dict | None = None,
               episodes: list[Episode] | None = None) -> str:
-    """One MLflow run: params, `rating|clean_rating|win_rate|error_rate/<agent>` metrics, the
+    """One MLflow run: params, `rating|clean_rating|win_rate|error_rate/<agent>` metrics (and
+    `exploitability/<game>/<agent>` for the model agents where it was read), the
     leaderboard as an MLflow table, the files and folders (the episodes, replay pages) as
     artifacts, and one MLflow trace per game of `episodes` (`tasks.traces`: a span per move,
     linked to the run). Returns its id."""
@@ -132,6 +156,7 @@ def log_arena(tracking: str, experiment: str, name: str, params: dict, rows: lis
                        params=params, metrics=[
                            (_metric_key(key, r["agent"]), r[key])
                            for r in rows for key in ("rating", "mu", "sigma", "clean_rating",
-                                                     "win_rate", "error_rate", "timeout_rate")],
+                                                     "win_rate", "error_rate", "timeout_rate")
+                           + tuple(k for k in r if k.startswith("exploitability/"))],
                        tables={"leaderboard.json": rows}, files=files, folders=folders,
                        then=traces)

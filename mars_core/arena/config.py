@@ -63,6 +63,9 @@ class _Arena(_Section):
     max_context_tokens: int = Field(2048, ge=64)
     bf16: Literal["auto", "on", "off"] = "auto"
     cluster: ClusterConfig = ClusterConfig()  # matches split into shards (same results)
+    # each model agent's exact exploitability in the games small enough (Kuhn 2.5 s a model,
+    # Leduc about 4 min on 2 CPU cores): a leaderboard column beside the ratings
+    exploitability: bool = True
 
     @model_validator(mode="after")
     def _games(self):

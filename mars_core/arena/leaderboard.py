@@ -109,14 +109,19 @@ def causes(records: list[dict]) -> dict[str, dict[str, int]]:
 
 
 def markdown(rows: list[dict]) -> str:
+    """The leaderboard as Markdown; the model agents' exploitability (`exploitability/<game>`
+    keys, Kuhn and Leduc) as a column per game where any agent has it."""
+    extra = sorted({k for r in rows for k in r if k.startswith("exploitability/")})
     head = ("| # | agent | rating (mu-3σ) | mu ± sigma | games | win | error | timeout | "
-            "wins on opp. error or cut-off | clean rating | clean games |")
-    lines = [head, "|---" * 11 + "|"]
+            "wins on opp. error or cut-off | clean rating | clean games |"
+            + "".join(f" exploitability ({k.split('/', 1)[1]}) |" for k in extra))
+    lines = [head, "|---" * (11 + len(extra)) + "|"]
     for i, r in enumerate(rows, 1):
         frozen = " (frozen)" if r["frozen"] else ""
         lines.append(
             f"| {i} | {r['agent']}{frozen} | {r['rating']:.2f} | {r['mu']:.2f} ± {r['sigma']:.2f} "
             f"| {r['games']} | {r['win_rate']:.2f} | {r['error_rate']:.2f} | "
             f"{r['timeout_rate']:.2f} | {r['wins_by_opponent_error']} | "
-            f"{r['clean_rating']:.2f} | {r['clean_games']} |")
+            f"{r['clean_rating']:.2f} | {r['clean_games']} |"
+            + "".join(f" {r[k]:.4f} |" if k in r else " - |" for k in extra))
     return "\n".join(lines) + "\n"

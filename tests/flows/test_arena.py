@@ -102,6 +102,30 @@ def test_open_arena_rates_models_checkpoints_and_bots(tmp_path, prefect_api, fak
     assert {r["agent"].split("=")[0] for r in frozen["references"]} == set(board)
 
 
+def test_the_arena_on_an_engine_game_and_each_models_exploitability(tmp_path, prefect_api,
+                                                                    tiny_model_dir, capsys):
+    """Kuhn Poker and OpenSpiel's Nim by name (issue 62): the model agent's exact
+    exploitability beside its rating (issue 61), a column of the leaderboard and an MLflow
+    metric; the bots have none; the engine game's replay pages are written."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "arena.json"
+    assert _arena("--agents", f"tiny={tiny_model_dir},bot:random", "--games",
+                  "kuhn_poker,openspiel:nim", "--n", "1", "--out", str(out),
+                  "--tracking-uri", uri, "--set", "play.keep_history=false") == 0
+    result = json.loads(out.read_text())
+    board = {r["agent"]: r for r in result["leaderboard"]}
+    assert 0 <= board["tiny"]["exploitability/kuhn_poker"] <= 3  # Kuhn's most is 2.75
+    assert not any(k.startswith("exploitability/") for k in board["bot:random"])
+    assert set(result["per_game"]) == {"kuhn_poker", "openspiel:nim"}
+    table = (tmp_path / "arena_leaderboard.md").read_text()
+    assert "exploitability (kuhn_poker)" in table
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(_single_run(client, "mars-arena"))
+    assert run.data.metrics["exploitability/kuhn_poker/tiny"] == pytest.approx(
+        board["tiny"]["exploitability/kuhn_poker"])
+    assert any("openspiel_nim" in p.name for p in (tmp_path / "arena_replays").iterdir())
+
+
 def _single_run(client, experiment):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id])

@@ -47,6 +47,7 @@ from mars_core.run.commit import is_done, read_json  # noqa: E402
 from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
                                   read_episodes, stage_dir)
 from tasks.paths import read_config  # noqa: E402
+from mars_core.run.memory import memory_markdown, memory_peaks  # noqa: E402
 from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
 
 
@@ -311,9 +312,10 @@ def report(run: Path) -> int:
     stats = stats_markdown({"all decisions": bets, "facing a bet (bet = call)": facing}, updates)
     plotted = exploitability_plot(exp, steps, out / "exploitability.png",
                                   f"{run.name}: exploitability per evaluation")
+    peaks = memory_peaks(run)
     stats = (exploitability_markdown(exp, steps) + states_markdown(states)
              + optimal_markdown(optimal)
-             + blotto_markdown(allocations) + stats)
+             + blotto_markdown(allocations) + stats + memory_markdown(peaks))
     from mars_core.models.precision import cpu_description
 
     machine = f"Reported on: {cpu_description()}\n\n"
@@ -323,7 +325,7 @@ def report(run: Path) -> int:
         {"rows": rows, "steps": steps, "verdicts": lines, "kuhn_bet_rates": bets,
          "kuhn_call_rates": facing, "kuhn_state_rates": states, "ttt_optimal_rates": optimal,
          "blotto_allocations": allocations, "updates": updates, "exploitability": exp,
-         "machine": cpu_description()}, indent=1))
+         "memory_peak_gib": peaks, "machine": cpu_description()}, indent=1))
     for name in ("learning_curve.png", "learning.md", "learning.json",
                  *(["exploitability.png"] if plotted else [])):
         log_artifacts(run, out / name, "learning")

@@ -54,7 +54,9 @@ def summary_line(k: int, n: int, m: dict) -> str:
             f"gated {g('gated/total', '{:.0f}')}, loss {g('train/loss', '{:.4f}')}, kl {g('train/kl', '{:.4f}')}, "
             f"{g('rollout/tokens_per_s', '{:.0f}')} tok/s, "
             f"rollout {g(f'time/{GENERATE_ROLLOUTS}', '{:.0f}')}s "
-            f"train {g(f'time/{TRAIN_STEP}', '{:.0f}')}s")
+            f"train {g(f'time/{TRAIN_STEP}', '{:.0f}')}s, peak memory "
+            f"{g(f'memory/{GENERATE_ROLLOUTS}_peak_rss_gib', '{:.1f}')} / "
+            f"{g(f'memory/{TRAIN_STEP}_peak_rss_gib', '{:.1f}')} GiB")
 
 
 @flow(name="mars-train", log_prints=True)

@@ -14,6 +14,7 @@ from mars_core.run.commit import (PUBLISHED, StageError, fault_point, is_done, r
                                   stage_output, verify_stage, write_json)
 from mars_core.run.layout import (FINAL, METRICS_FILE, PREPARE_POLICY, SAVE_CHECKPOINT,
                                   checkpoint_dir, finished_stages, iteration_of, stage_dir)
+from mars_core.run.memory import PeakRSS
 from mars_core.run.seeds import Stream, stream_seed
 from tasks.tracking import log_artifacts, log_dataset, log_metrics_once
 
@@ -38,7 +39,8 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
               step: int | None, artifacts: tuple[str, ...] = (), artifact_path: str = "",
               run_id: str | None = None, datasets: tuple[str, ...] = ()) -> dict:
     """Run `body(out_dir) -> metrics` unless the stage already finished, then publish it:
-    its metrics (with `time/<stage>`) at `step` and the files or folders `artifacts` (names in
+    its metrics (with `time/<stage>` and `memory/<stage>_peak_rss_gib`: `mars_core.run.memory`)
+    at `step` and the files or folders `artifacts` (names in
     the stage folder; `"."`: the whole folder) under `artifact_path`, and the Parquet tables
     `datasets` as MLflow dataset inputs, to the training run or `run_id`. Files are committed before anything is published; what was published is noted
     in the stage folder, so a resumed run publishes what is missing, once. Returns the metrics."""
@@ -46,8 +48,10 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
     if not is_done(final):
         start = time.perf_counter()
         with stage_output(final, fault=f"{stage}:{k}") as out:
-            metrics = body(out)
+            with PeakRSS() as peak:
+                metrics = body(out)
             metrics[f"time/{stage}"] = time.perf_counter() - start
+            metrics[f"memory/{stage}_peak_rss_gib"] = peak.gib
             write_json(out / METRICS_FILE, metrics)
             _fault_pause(f"{stage}:{k}", out)
         fault_point(f"end:{stage}:{k}")

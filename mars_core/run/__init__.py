@@ -6,7 +6,8 @@
 - `checkpoint`: a loadable model folder plus the trainer and estimator state;
 - `seeds`: the run's random streams, one per decision that draws;
 - `procgroup`: process groups that never outlive the pipeline (vLLM server, DeepSpeed launcher);
-- `offline`: the environment every process of ours runs under (hub offline, telemetry off).
+- `offline`: the environment every process of ours runs under (hub offline, telemetry off);
+- `memory`: a stage's peak resident memory (`memory/<stage>_peak_rss_gib`).
 
 May import: models, types, vocab.
 """

@@ -13,7 +13,7 @@ from mars_core.run.layout import (EPISODES_FILE, GENERATE_ROLLOUTS, checkpoint_d
                                   finished_stages, stage_dir)
 from tasks.paths import run_key
 
-NONDETERMINISTIC = ("time/", "tokens_per_s", "_s", "checkpoint/size_mb")
+NONDETERMINISTIC = ("time/", "memory/", "tokens_per_s", "_s", "checkpoint/size_mb")
 
 
 def _digest(path: Path) -> str:

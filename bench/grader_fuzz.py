@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 
-from reasoning import grader_pool, graders  # noqa: E402
-from reasoning.benchmarks import BENCHMARKS, LETTERS, SHIPPED, load  # noqa: E402
+from eval import grader_pool, graders  # noqa: E402
+from eval.benchmarks import BENCHMARKS, LETTERS, SHIPPED, load  # noqa: E402
 
 MATH = [b for b in SHIPPED if b not in graders.CHOICE_BENCHMARKS]
 MB = 1 << 20

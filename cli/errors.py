@@ -9,7 +9,7 @@ from cli.services import ServiceError
 def one_line_errors() -> tuple[type[BaseException], ...]:
     """The exception types whose message is the whole story (imported on use: they live in
     the modules that raise them)."""
-    from reasoning.benchmarks import BenchmarkError
+    from eval.benchmarks import BenchmarkError
     from mars_core.config import ConfigError
     from mars_core.engines.vllm_server import VLLMError
     from mars_core.models.manifest import ManifestError

@@ -14,7 +14,7 @@ GAMES_KIND, FORMER_GAMES_KIND = "games", "strategic"  # `mars eval games`, forme
 
 
 def add_parser(sub) -> None:
-    from reasoning.systems import SYSTEMS
+    from eval.systems import SYSTEMS
     from mars_core.games.catalog import GAMES
     from mars_core.games.opponents import OPPONENT_SPECS
 
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
 
 
 def _benchmark_args(m, out: str, batch: int, batch_help: str) -> None:
-    from reasoning.benchmarks import BENCHMARKS, SHIPPED
+    from eval.benchmarks import BENCHMARKS, SHIPPED
     from mars_core.engines.chat import BENCHMARK_SAMPLING
 
     m.add_argument("--model", required=True, help=options.MODEL_HELP)
@@ -112,8 +112,8 @@ def check(args: argparse.Namespace) -> None:
 
 
 def _check_benchmarks(args: argparse.Namespace) -> None:
-    from reasoning.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
-    from reasoning.systems import check_systems
+    from eval.benchmarks import SHIPPED, BenchmarkError, check_names, data_dir
+    from eval.systems import check_systems
     from mars_core.config import ConfigError
 
     check_at_least_one(("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens),

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from prefect import flow
 
-from reasoning.benchmarks import SHIPPED, check_names
-from reasoning.mas import (comparison_table, decide, markdown, paired_cells, paired_cells_markdown,
+from eval.benchmarks import SHIPPED, check_names
+from eval.mas import (comparison_table, decide, markdown, paired_cells, paired_cells_markdown,
                            paired_difference, read_records,
                            game_eval_difference)
-from reasoning.systems import SYSTEMS, Result, check_systems
+from eval.systems import SYSTEMS, Result, check_systems
 from mars_core.config import load_game_eval_config
 from mars_core.config.base import former
 from flows.arena import arena_flow
@@ -146,7 +146,7 @@ def promotion(candidate: list[Result], champion: list[Result] | None,
     """(reasoning difference, game evaluation difference, promote?, reason) for the candidate's
     and the champion's reasoning records (None: no champion yet, promote) and game records
     (`{"candidate": [...], "champion": [...]}`, when that suite was played). Both differences
-    carry small-sample 95% intervals (`reasoning.mas`: Student's t with a variance floor for bounded
+    carry small-sample 95% intervals (`eval.mas`: Student's t with a variance floor for bounded
     outcomes, so 4 questions out of 4 won is no win); the candidate is promoted only when the
     reasoning interval lies above 0 and the game one does not lie below 0 (`decide`), and
     the reason names those intervals."""

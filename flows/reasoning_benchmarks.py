@@ -11,10 +11,10 @@ from pathlib import Path
 
 from prefect import flow
 
-from reasoning.benchmarks import SHIPPED, check_names
-from reasoning.mas import (comparison_table, markdown, paired_cells, paired_cells_markdown,
+from eval.benchmarks import SHIPPED, check_names
+from eval.mas import (comparison_table, markdown, paired_cells, paired_cells_markdown,
                            read_records, remove_journal)
-from reasoning.systems import SYSTEMS, check_systems
+from eval.systems import SYSTEMS, check_systems
 from mars_core.config import config_from_dict
 from mars_core.config.base import former
 from mars_core.config.cluster import ClusterConfig

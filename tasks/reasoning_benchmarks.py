@@ -11,8 +11,8 @@ from mlflow import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from reasoning.benchmarks import load, source_of
-from reasoning.mas import read_records, run_suite, summarize, wilson, write_records
+from eval.benchmarks import load, source_of
+from eval.mas import read_records, run_suite, summarize, wilson, write_records
 from mars_core.config.cluster import ClusterConfig
 from mars_core.engines.chat import BENCHMARK_SAMPLING, ChatParams, is_endpoint
 from mars_core.privacy.redact import redact, redact_text
@@ -52,7 +52,7 @@ def mas_shard(model: str, systems: list[str], benchmarks: list[str], limit: int 
     """Questions `start`..`stop` of the suite (loaded here, on whichever machine runs it)
     under every system, with an engine of its own: (the engine's name, the results). With a
     `journal` folder the replies are kept in `<journal>/q<start>-<stop>/<system>.jsonl`, and
-    a rerun resumes from them (`reasoning.journal`)."""
+    a rerun resumes from them (`eval.journal`)."""
     questions = [q for name in benchmarks for q in load(name, data_dir, limit, gpqa_path)]
     engine = chat_engine(model, batch_size, bf16, api_key_env)
     return engine.name, run_suite(engine, systems, questions[start:stop],
@@ -78,7 +78,7 @@ def evaluate_mas(label: str, model: str, systems: list[str], benchmarks: list[st
     get the variable through `cluster.ray.env`). With `journal_dir`, the replies received are
     kept in `<journal_dir>/<label>/` (on a cluster: where the shards' machines share that
     folder), so a killed evaluation, rerun, resumes from them; the caller removes them
-    (`reasoning.mas.remove_journal`) once its results are written."""
+    (`eval.mas.remove_journal`) once its results are written."""
     questions = [q for name in benchmarks
                  for q in load(name, data_dir, limit, gpqa_path)]
     cluster = cluster or ClusterConfig()
@@ -184,11 +184,11 @@ def write_results(out: Path, config: dict, reports: list[dict], table: list[dict
 def evaluate_harness(model: str, benchmarks: list[str], *, limit: int | None, max_new_tokens: int,
                      batch_size: int, data_dir: str | None, gpqa_path: str | None,
                      seed: int) -> dict:
-    """lm-evaluation-harness on our benchmark files (reasoning/harness.py), against a local model
+    """lm-evaluation-harness on our benchmark files (eval/harness.py), against a local model
     folder or an endpoint URL. Accuracy is printed with its 95% Wilson interval (the grades
     are 0/1; the normal `1.96 * stderr` has no width at 0% or 100% and is too narrow at small
     n)."""
-    from reasoning.harness import run_harness
+    from eval.harness import run_harness
 
     url, _, name = model.partition("#")
     where = ({"base_url": url, "served_model": name or None} if is_endpoint(model)

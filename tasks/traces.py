@@ -2,7 +2,7 @@
 (single, MAD, AutoGen) and per arena game, one span per agent turn, linked to the evaluation's
 MLflow run (`mlflow.sourceRun`), so every turn shows in the experiment's Traces tab.
 
-Traces are written after the work is done, from what was recorded (`reasoning.systems.Result`,
+Traces are written after the work is done, from what was recorded (`eval.systems.Result`,
 `mars_core.types.Episode`): the game loop and the engine never see MLflow, and a tracing
 failure is a warning, never a failed evaluation.
 
@@ -42,7 +42,7 @@ from opentelemetry import trace as otel
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from reasoning.mas import read_records
+from eval.mas import read_records
 from mars_core.games.opponents import is_bot
 from mars_core.privacy.redact import redact, redact_text
 from mars_core.types import Episode
@@ -116,7 +116,7 @@ def _call_spans(r: dict, text, slots: list[tuple[int, int]], gated: bool) -> lis
 
 
 def conversation_trace(result, model: str, gated: bool, start_ns: int) -> TraceSpec:
-    """The trace of one answered question (`reasoning.systems.Result`, or the dict of one record):
+    """The trace of one answered question (`eval.systems.Result`, or the dict of one record):
     a root span for the system (question id, benchmark, final answer, grade) and a span per
     model call (agent, prompt, reply, tokens when the record has them per call). The grade
     (correct/wrong, extracted answer) is on the root, the last call and the trace's
@@ -239,7 +239,7 @@ def _build(spec: TraceSpec, experiment_id: str, run_id: str | None):
         metadata[TraceMetadataKey.SOURCE_RUN] = run_id  # the run's Traces tab lists it
     assessments = [] if spec.correct is None else [Feedback(
         name="correct", value=spec.correct, rationale=spec.rationale, trace_id=trace_id,
-        source=AssessmentSource(source_type="CODE", source_id="reasoning.graders.is_correct"))]
+        source=AssessmentSource(source_type="CODE", source_id="eval.graders.is_correct"))]
     info = TraceInfo(trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(
         experiment_id), request_time=spec.root.start_ns // _MS,
         execution_duration=(spec.root.end_ns - spec.root.start_ns) // _MS,
@@ -313,7 +313,7 @@ def log_conversation_traces(tracking_uri: str, experiment_id: str, run_id: str,
                             results: list | str | Path, model: str,
                             gated: set[str] | frozenset = frozenset()) -> list[str]:
     """One trace per answered question (Results, record dicts, or the records folder that
-    `reasoning.mas.write_records` wrote), linked to `run_id`; the text of questions from a `gated`
+    `eval.mas.write_records` wrote), linked to `run_id`; the text of questions from a `gated`
     benchmark is withheld. Never raises: a failure is logged as a warning and returns []."""
     def make():
         rs = read_records(Path(results)) if isinstance(results, (str, Path)) else results

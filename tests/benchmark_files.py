@@ -11,8 +11,8 @@ DOCS_PAGE = "docs/evaluation/benchmarks.md"
 
 
 def benchmark_folder() -> Path | str:
-    """Where `reasoning.benchmarks.load` reads the files when no folder is given."""
-    from reasoning.benchmarks import ENV_DIR, SHIPPED_DIR
+    """Where `eval.benchmarks.load` reads the files when no folder is given."""
+    from eval.benchmarks import ENV_DIR, SHIPPED_DIR
 
     chosen = os.environ.get(ENV_DIR) or SHIPPED_DIR
     return chosen if str(chosen).startswith("hf://") else Path(chosen).expanduser()
@@ -21,7 +21,7 @@ def benchmark_folder() -> Path | str:
 def missing_benchmarks(names: tuple[str, ...] = ()) -> str | None:
     """None when every named benchmark's file is there (or the source is the hub), else the
     one-line reason to skip: the files, the folder, and where each comes from."""
-    from reasoning.benchmarks import BENCHMARKS, ENV_DIR, PUBLISHERS, SHIPPED
+    from eval.benchmarks import BENCHMARKS, ENV_DIR, PUBLISHERS, SHIPPED
 
     names = tuple(names) or SHIPPED
     unknown = [n for n in names if BENCHMARKS.get(n, (None,))[0] is None]

@@ -7,7 +7,7 @@ training recipe is stronger.
 - `exploitability`: Kuhn's and Leduc's exact exploitability of a language-model policy, read
   at every information state.
 
-The intervals both use are `mars_core/stats/`; the reasoning benchmarks are `reasoning/`.
+The intervals both use are `mars_core/stats/`; the reasoning benchmarks are `eval/`.
 
 May import: games, models, rollout, stats, types, vocab.
 """

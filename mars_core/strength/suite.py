@@ -1,6 +1,6 @@
 """The game evaluation: a policy against fixed opponents (the MARS strategic-ability
 protocol), every game x opponent x seat, all games played concurrently through one rollout call
-so model turns are batched. (The reasoning-benchmark evaluation is the `reasoning/` package.)
+so model turns are batched. (The reasoning-benchmark evaluation is the `eval/` package.)
 
 One record per (game, opponent, seat):
 `game, policy, opponent, seat, n, mean_return, ci95, win_rate, draw_rate, loss_rate,

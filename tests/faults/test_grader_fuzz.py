@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from reasoning import graders
-from reasoning.benchmarks import SHIPPED
+from eval import graders
+from eval.benchmarks import SHIPPED
 from tests.conftest import REPO
 
 N = int(os.environ.get("MARS_FUZZ_N", "300"))

@@ -10,7 +10,7 @@ import pytest
 from mlflow import MlflowClient
 
 from cli.main import main
-from reasoning.benchmarks import SHIPPED
+from eval.benchmarks import SHIPPED
 
 SYSTEM_CALLS = {"single": (1, 1), "mad": (3, 10), "autogen": (1, 5)}
 

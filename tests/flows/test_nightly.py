@@ -108,7 +108,7 @@ def test_four_questions_all_won_do_not_promote():
     """The nightly decision (`promotion`, no flow run): 4 questions out of 4 won against 4 lost
     do not clear the small-sample interval's bar, 8 out of 8 do; the reason names the
     interval either way."""
-    from reasoning.systems import Result
+    from eval.systems import Result
     from flows.nightly import promotion
 
     def answers(n, correct):

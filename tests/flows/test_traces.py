@@ -11,7 +11,7 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from reasoning.systems import Result
+from eval.systems import Result
 from mars_core.types import Episode, Turn
 from tasks.traces import GATED, log_conversation_traces, log_game_traces
 

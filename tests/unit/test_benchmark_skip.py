@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reasoning.benchmarks import ENV_DIR, SHIPPED
+from eval.benchmarks import ENV_DIR, SHIPPED
 from tests.benchmark_files import DOCS_PAGE, missing_benchmarks
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reasoning.benchmarks import (BENCHMARKS, ENV_DIR, HUB, MMLU_STEM_SUBJECTS, PUBLISHERS, SHIPPED,
+from eval.benchmarks import (BENCHMARKS, ENV_DIR, HUB, MMLU_STEM_SUBJECTS, PUBLISHERS, SHIPPED,
                                   BenchmarkError, check_names, data_dir, load, spread,
                                   task_prompt)
 from tests.benchmark_files import benchmark_folder
@@ -247,7 +247,7 @@ def test_unreachable_hub_is_one_line_and_quick(tmp_path):
                                                             "HF_DATASETS_OFFLINE")}
     env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
                NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
-    code = ("from reasoning.benchmarks import load, BenchmarkError\n"
+    code = ("from eval.benchmarks import load, BenchmarkError\n"
             "try:\n    load('math500', 'hf://')\n"
             "except BenchmarkError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

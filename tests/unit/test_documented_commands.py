@@ -53,8 +53,8 @@ def _help(path: tuple[str, ...], flag: str) -> str:
 
 
 def test_help_lists_every_choice_of_its_list():
-    from reasoning.benchmarks import BENCHMARKS
-    from reasoning.systems import SYSTEMS
+    from eval.benchmarks import BENCHMARKS
+    from eval.systems import SYSTEMS
     from mars_core.games.opponents import BOT_SPECS, OPPONENT_SPECS
 
     games = next(p for p in PRIMARY if p[0] == "eval" and p[-1] not in ("mas", "harness")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from reasoning import grader_pool
-from reasoning.answers import extract_letter, strip_reasoning
-from reasoning.benchmarks import load
-from reasoning.graders import extracted_answer, is_correct
+from eval import grader_pool
+from eval.answers import extract_letter, strip_reasoning
+from eval.benchmarks import load
+from eval.graders import extracted_answer, is_correct
 from tests.benchmark_files import on_files
 
 
@@ -262,7 +262,7 @@ def test_helpers_do_not_outlive_their_parent(tmp_path, parent_ends):
     script = f"""
 import os, signal, sys, threading, time
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from reasoning import grader_pool, graders
+from eval import grader_pool, graders
 assert graders.is_correct("gsm8k", "\\\\boxed{{18}}", "18")
 if {parent_ends!r} == "is killed mid-answer":
     slow = "\\\\boxed{{" + "\\\\frac{{1}}{{" * 30 + "2" + "}}" * 31

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from reasoning import harness  # noqa: E402
-from reasoning.benchmarks import SHIPPED, load, task_prompt  # noqa: E402
+from eval import harness  # noqa: E402
+from eval.benchmarks import SHIPPED, load, task_prompt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "Which zorblax isotope is the most stable under quuxian pressure"
@@ -142,7 +142,7 @@ def test_missing_data_folder_and_bad_limits(tmp_path):
 
 def test_without_lm_eval_import_works_and_run_says_how_to_install(embedded_dir, monkeypatch):
     code = ("import sys; sys.modules['lm_eval'] = None\n"
-            "import reasoning.harness as h\n"
+            "import eval.harness as h\n"
             "try:\n    h.run_harness(['gsm8k'], model_dir=sys.argv[1])\n"
             "except ValueError as e:\n    print(e)\n")
     done = subprocess.run([sys.executable, "-c", code, str(embedded_dir)], cwd=REPO,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PACKAGES = ("mars_core", "tasks", "flows", "cli", "reasoning")
+PACKAGES = ("mars_core", "tasks", "flows", "cli", "eval")
 PURE = "mars_core"  # imports neither of these: the core runs without the orchestration
 ORCHESTRATION = ("prefect", "mlflow")
 
@@ -143,7 +143,7 @@ def _core_rules() -> dict[str, set[str]]:
 def _rule_breaks(graph: dict[str, set[str]], rules: dict[str, set[str]]) -> list[str]:
     """Each import of one core unit by another that the importer's rules do not allow; a
     module of the core outside every package and leaf; a core module importing the layers
-    above it (tasks, flows, cli, reasoning)."""
+    above it (tasks, flows, cli, eval)."""
     out = []
     for name, imported in sorted(graph.items()):
         here = _unit(name)
@@ -195,7 +195,7 @@ VAGUE_NAMES = {"common", "utils", "util", "helpers", "misc"}
 
 
 def test_the_layers_above_the_core_name_their_modules_by_concern():
-    """tasks/, flows/, cli/, reasoning/: a module says what it holds (the stage runner, the policy
+    """tasks/, flows/, cli/, eval/: a module says what it holds (the stage runner, the policy
     paths, the engine factory, the vLLM launcher), never `common` or `utils`."""
     vague = [str(p.relative_to(REPO)) for pkg in PACKAGES if pkg != PURE
              for p in sorted((REPO / pkg).rglob("*.py")) if p.stem in VAGUE_NAMES]

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from reasoning.mas import paired_difference, wilson
-from reasoning.systems import Result
+from eval.mas import paired_difference, wilson
+from eval.systems import Result
 from mars_core.stats.intervals import mean_ci95
 from mars_core.strength.suite import seat_record, paired_rows
 from mars_core.types import Episode

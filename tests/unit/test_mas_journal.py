@@ -1,4 +1,4 @@
-"""Resuming an interrupted reasoning evaluation (`reasoning.journal`): a suite killed part-way and
+"""Resuming an interrupted reasoning evaluation (`eval.journal`): a suite killed part-way and
 rerun gives the same answers as one that ran through, asks the model only what the journal
 lacks, with the same seeds; a journal for other settings is set aside; a cut last line and
 gated questions are asked again; finished journals are removed, and nothing else with them."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from reasoning.benchmarks import Question
-from reasoning.mas import remove_journal, run_suite
+from eval.benchmarks import Question
+from eval.mas import remove_journal, run_suite
 from mars_core.engines.chat import ChatParams, ChatReply
 
 QUESTIONS = [Question("gsm8k", f"q{n}", f"What is {n} + {n}?", str(2 * n)) for n in range(1, 7)]

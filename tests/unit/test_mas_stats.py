@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from reasoning.mas import (comparison_table, decide, markdown, paired_difference, read_records,
+from eval.mas import (comparison_table, decide, markdown, paired_difference, read_records,
                            game_eval_difference, summarize, wilson, write_records)
-from reasoning.systems import Result
+from eval.systems import Result
 
 
 def res(system, bench, qid, correct, **kw):
@@ -36,7 +36,7 @@ def test_summary_rows_per_system_and_benchmark():
 def test_paired_cells_say_per_system_and_benchmark_what_changed():
     """Issue 32: a trained model against its start, per system and benchmark, paired by
     question, with intervals: a clear gain reads better, a tie reads no measurable change."""
-    from reasoning.mas import paired_cells, paired_cells_markdown
+    from eval.mas import paired_cells, paired_cells_markdown
 
     start = [res(s, b, str(i), i % 2 == 0) for s in ("single", "mad") for b in ("gsm8k", "aqua")
              for i in range(40)]

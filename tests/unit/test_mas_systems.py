@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reasoning.benchmarks import Question
-from reasoning.systems import MAX_ROUNDS, run_system
-from reasoning.verdict import parse_verdict
+from eval.benchmarks import Question
+from eval.systems import MAX_ROUNDS, run_system
+from eval.verdict import parse_verdict
 from mars_core.engines.chat import ChatParams, ChatReply
 
 Q = Question("gsm8k", "q1", "Janet has 16 eggs and uses 7. She sells the rest at $2. Dollars?",

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from reasoning.harness import run_harness  # noqa: E402
+from eval.harness import run_harness  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

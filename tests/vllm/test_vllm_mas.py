@@ -9,8 +9,8 @@ import json
 import pytest
 
 from cli.main import main
-from reasoning.benchmarks import load
-from reasoning.systems import run_system
+from eval.benchmarks import load
+from eval.systems import run_system
 from mars_core.engines.chat import ChatParams, OpenAIChatEngine
 
 pytestmark = pytest.mark.vllm

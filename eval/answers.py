@@ -1,13 +1,13 @@
 """Reading a reply's final answer: reasoning blocks dropped, the reply's tail only, a
 multiple-choice letter, the last stated math value, and the replies that would blow up a parser
 (power towers, huge factorials, deep nesting). Pure and cheap: only regexes on a bounded tail
-(math-verify's parse runs inside a grader helper, `reasoning.grader_pool`)."""
+(math-verify's parse runs inside a grader helper, `eval.grader_pool`)."""
 from __future__ import annotations
 
 import math
 import re
 
-from reasoning.benchmarks import LETTERS
+from eval.benchmarks import LETTERS
 
 # Only the end of a reply is graded: a final answer is stated last, and 4,000 characters
 # (about a page) hold it with room to spare while keeping every regex and parse cheap on a

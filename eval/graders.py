@@ -18,13 +18,13 @@ replaced by one for the whole answer); the caller waits `MARS_GRADER_TIMEOUT_S` 
 that would blow up (power towers, huge factorials, deep nesting) are wrong without being
 tried. Letters are read with regexes on the bounded tail in the caller.
 
-Reading the answer is `reasoning/answers.py`; the helper processes are `reasoning/grader_pool.py`.
+Reading the answer is `eval/answers.py`; the helper processes are `eval/grader_pool.py`.
 """
 from __future__ import annotations
 
-from reasoning.answers import explosive, extract_letter, strip_reasoning, tail
-from reasoning.benchmarks import BENCHMARKS
-from reasoning.grader_pool import _pool, grader_timeout
+from eval.answers import explosive, extract_letter, strip_reasoning, tail
+from eval.benchmarks import BENCHMARKS
+from eval.grader_pool import _pool, grader_timeout
 
 CHOICE_BENCHMARKS = frozenset({"aqua", "mmlu_stem", "gpqa_diamond"})
 

@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from reasoning.answers import strip_reasoning
+from eval.answers import strip_reasoning
 
 _KEYS = {
     "preference": ("preference", "whether there is a preference", "settled", "decision"),

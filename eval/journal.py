@@ -7,7 +7,7 @@ header with a fingerprint of those (a SHA-256 digest: no model path, URL or cred
 written), then one JSON line per reply received: question index `i`, that question's call
 index `k`, the reply, and the span of the batched call it came in. A system's control flow is
 a function of the replies it gets and each call's sampling seed is a function of the question
-and its call index (`reasoning.systems.run_system`), so feeding a question's recorded replies back
+and its call index (`eval.systems.run_system`), so feeding a question's recorded replies back
 to its system replays it exactly, with no model call, and the run goes on from the first reply
 the journal lacks.
 

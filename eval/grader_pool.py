@@ -1,7 +1,7 @@
 """The grader's helper processes: math answers are parsed and compared (math-verify) in a
 small pool of persistent helpers started with a fresh interpreter, each answer under a timer in
 the helper and a deadline in the caller, who kills and replaces a helper that runs past it
-(see `reasoning.graders`)."""
+(see `eval.graders`)."""
 from __future__ import annotations
 
 import atexit
@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from reasoning.answers import read_prediction
+from eval.answers import read_prediction
 
 ENV_TIMEOUT = "MARS_GRADER_TIMEOUT_S"
 ENV_WORKERS = "MARS_GRADER_WORKERS"
@@ -128,7 +128,7 @@ class _Worker:
         rep_r, rep_w = os.pipe()
         root = str(Path(__file__).resolve().parents[1])
         code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-                "from reasoning.grader_pool import _serve; _serve(*map(int, sys.argv[2:]))")
+                "from eval.grader_pool import _serve; _serve(*map(int, sys.argv[2:]))")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", code, root, str(req_r), str(rep_w), str(os.getpid())],

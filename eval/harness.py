@@ -5,7 +5,7 @@ The single-agent numbers can be cross-checked with EleutherAI's lm-evaluation-ha
 `mars_<name>`: a JSONL of `{id, prompt, reference, benchmark}` (prompt = `task_prompt(q)`, the
 exact single-agent prompt) plus a YAML that samples one reply per question (the protocol of
 `engines.chat.BENCHMARK_SAMPLING`, no stop strings but the model's end of turn) and grades it with
-`reasoning.graders.is_correct`, so harness accuracy and our own single-agent accuracy are the same
+`eval.graders.is_correct`, so harness accuracy and our own single-agent accuracy are the same
 measurement. `run_harness` runs those tasks fully offline against a local model folder (lm-eval
 "hf") or an OpenAI-compatible server such as vLLM (lm-eval "local-chat-completions", no
 tokenizer download). Task files live in a temporary folder deleted afterwards: GPQA's gated
@@ -25,8 +25,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from reasoning.benchmarks import check_names, load, task_prompt
-from reasoning.graders import is_correct
+from eval.benchmarks import check_names, load, task_prompt
+from eval.graders import is_correct
 from mars_core.engines.chat import benchmark_sampling
 from mars_core.run import offline
 
@@ -47,7 +47,7 @@ def task_name(benchmark: str) -> str:
 
 def process_results(doc: dict, results: list[str]) -> dict[str, int]:
     """lm-eval's per-document scorer: `results[0]` is the model's reply; 1 when our grader
-    (`reasoning.graders.is_correct`) accepts it against `doc["reference"]`, else 0."""
+    (`eval.graders.is_correct`) accepts it against `doc["reference"]`, else 0."""
     reply = results[0] if results else ""
     return {METRIC: int(is_correct(doc["benchmark"], reply, doc["reference"]))}
 

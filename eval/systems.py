@@ -25,11 +25,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Generator
 
-from reasoning.benchmarks import Question, answer_format, task_prompt
-from reasoning.answers import strip_reasoning
-from reasoning.graders import extracted_answer, is_correct
-from reasoning.verdict import parse_verdict
-from reasoning.journal import Journal
+from eval.benchmarks import Question, answer_format, task_prompt
+from eval.answers import strip_reasoning
+from eval.graders import extracted_answer, is_correct
+from eval.verdict import parse_verdict
+from eval.journal import Journal
 from mars_core.engines.base import request_seed
 from mars_core.engines.chat import ChatEngine, ChatParams, Message
 
@@ -204,7 +204,7 @@ def run_system(name: str, questions: list[Question], engine: ChatEngine, params:
     pending call (at most `max_batch` per engine call) and feeds the replies back. Question q's
     k-th call samples with seed `request_seed(params.seed * 1000 + k, question_key(q))`, so a
     question's answer does not depend on the other questions of the run (or of its shard).
-    With a `journal` (`reasoning.journal`), replies it holds are fed back without a model call and
+    With a `journal` (`eval.journal`), replies it holds are fed back without a model call and
     every reply received is added to it: a killed run, rerun, goes on where it stopped.
     Results come back in question order."""
     check_systems([name])

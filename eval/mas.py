@@ -17,9 +17,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from reasoning.benchmarks import Question
-from reasoning.journal import Journal, fingerprint, is_journal
-from reasoning.systems import Result, run_system
+from eval.benchmarks import Question
+from eval.journal import Journal, fingerprint, is_journal
+from eval.systems import Result, run_system
 from mars_core.engines.chat import ChatEngine, ChatParams
 from mars_core.stats.intervals import mean_ci95
 from mars_core.privacy.redact import redact
@@ -44,7 +44,7 @@ def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
     """Every question under every system. A system's questions (all benchmarks) run as one
     lockstep batch, so the engine sees as many concurrent conversations as there are open
     questions. With a `journal` folder, each system keeps its replies in
-    `<journal>/<system>.jsonl` (`reasoning.journal`, fingerprinted with `model`): rerun after a
+    `<journal>/<system>.jsonl` (`eval.journal`, fingerprinted with `model`): rerun after a
     kill, the suite replays them and goes on from there."""
     results = []
     for name in systems:
@@ -66,7 +66,7 @@ def run_suite(engine: ChatEngine, systems: list[str], questions: list[Question],
 def remove_journal(folder: Path) -> None:
     """Delete the journals `run_suite` wrote under `folder` (once the results are written),
     and only them: `*.jsonl` and set-aside `*.jsonl.other` files that open with a journal's
-    header (`reasoning.journal`), then the folders they leave empty. Anything else stays."""
+    header (`eval.journal`), then the folders they leave empty. Anything else stays."""
     folder = Path(folder)
     if not folder.is_dir():
         return

@@ -74,6 +74,8 @@ def game_eval_flow(policy: str = "embedded",
     return {"out": str(out_path), "records": len(records), "normalized": scores,
             "exploitability": {g: r["exploitability"] for g, r in exploitability.items()
                                if "exploitability" in r},
+            "worst_case": {g: r["normalized"] for g, r in exploitability.items()
+                           if "worst_case" in r},
             "mlflow_run_id": run_id}
 
 

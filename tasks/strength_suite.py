@@ -71,6 +71,10 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
             engine, prompts, [g for g in cfg.suite
                               if cfg.exploitability is None or g in cfg.exploitability],
             cfg.play.sampling(cfg.seed), cfg.play.per_game_sampling(cfg.seed))
+    if engine is not None and cfg.worst_case and "tic_tac_toe" in cfg.suite:
+        exploitability["tic_tac_toe"] = policy_worst_case(
+            engine, prompts, cfg.play.per_game_sampling(cfg.seed).get(
+                "tic_tac_toe", cfg.play.sampling(cfg.seed)).temperature)
     for r in records:
         print(f"{r['game']:13s} vs {r['opponent']:13s} seat {r['seat']}: return "
               f"{r['mean_return']:+.3f} ± {r['ci95']:.3f}, normalized {r['normalized_return']:.1f}, "
@@ -106,6 +110,24 @@ def policy_exploitability(engine, prompts: PromptBuilder, games, params, per_gam
               f"{r['best_response'][0]:+.3f} / {r['best_response'][1]:+.3f}; legal answers "
               f"{r['legal_mass']:.1%} of the mass, temperature {game_params.temperature})")
     return out
+
+
+def policy_worst_case(engine, prompts: PromptBuilder, temperature: float) -> dict:
+    """Tic-Tac-Toe's worst case for the policy (`mars_core.strength.worst_case`): each seat's
+    expected score against the exact best response, their mean (`worst_case`, -1..1) and as a
+    normalized score; {"skipped": the reason} for a policy it cannot read."""
+    from mars_core.strength.worst_case import read_worst_case
+
+    try:
+        r = read_worst_case(engine.model, engine.tokenizer, prompts, temperature=temperature,
+                            autocast=engine.autocast_bf16)
+    except ValueError as exc:
+        print(f"tic_tac_toe: worst case not measured: {exc}")
+        return {"skipped": str(exc)}
+    print(f"tic_tac_toe: worst case {r['worst_case']:+.3f} (normalized {r['normalized']:.1f}; "
+          "seats " + " / ".join(f"{s['worst_case']:+.3f} ({s['reads']} positions read)"
+                                for s in r["seats"]) + ")")
+    return r
 
 
 def _sharded_suite(cfg: GameEvalConfig, policy: str, model: str | None,

@@ -346,7 +346,9 @@ def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
     """One MLflow run for a game evaluation (params, per-game normalized returns, the
     table, radar chart and transcripts) with a nested run per game holding that game's table
     and per-seat metrics; `exploitability` (game -> `mars_core.strength.exploitability`'s
-    figures) adds `exploitability/<game>`. Returns the parent run id."""
+    figures, and Tic-Tac-Toe's worst case: `mars_core.strength.worst_case`) adds
+    `exploitability/<game>` and `worst_case/<game>` (normalized, 0-100). Returns the parent
+    run id."""
     from mars_core.strength.suite import per_game_normalized
 
     policy = redact_text(policy)
@@ -356,6 +358,8 @@ def log_game_eval(tracking: str, experiment: str, policy: str, params: dict,
     metrics["normalized_return/mean"] = sum(scores.values()) / len(scores)
     metrics |= {_metric_key("exploitability", g): r["exploitability"]
                 for g, r in (exploitability or {}).items() if "exploitability" in r}
+    metrics |= {_metric_key("worst_case", g): r["normalized"]  # Tic-Tac-Toe's, 0-100
+                for g, r in (exploitability or {}).items() if "worst_case" in r}
 
     def per_game(client: MlflowClient, exp: str, parent: str) -> None:
         for game in scores:

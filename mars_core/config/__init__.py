@@ -336,6 +336,10 @@ class GameEvalConfig(_Section):
     # mars_core.strength.exploitability) when the suite plays them; null: every such game of
     # the suite; []: none
     exploitability: tuple[str, ...] | None = None
+    # Tic-Tac-Toe's worst case (the exact best response to the policy, read at every position
+    # it reaches: mars_core.strength.worst_case) when the suite plays it; minutes a reading,
+    # and a near-uniform policy is refused by name, so off unless asked
+    worst_case: bool = False
 
     @model_validator(mode="after")
     def _fitting_suite(self):

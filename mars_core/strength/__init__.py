@@ -5,7 +5,8 @@ training recipe is stronger.
   a policy against fixed opponents, every game x opponent x seat, as normalized returns;
 - `ablation`: an ablation across seeds, aggregated (`mars compare`);
 - `exploitability`: Kuhn's and Leduc's exact exploitability of a language-model policy, read
-  at every information state.
+  at every information state (sampled, with an interval, for a reasoning policy);
+- `worst_case`: Tic-Tac-Toe's worst case, the exact best response to the policy.
 
 The intervals both use are `mars_core/stats/`; the reasoning benchmarks are `eval/`.
 

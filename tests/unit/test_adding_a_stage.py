@@ -17,7 +17,7 @@ from tests.conftest import REPO
 PAGE = REPO / "docs" / "adding-a-stage.md"
 LAYOUT, BODY_MODULE = "mars_core/run/layout.py", "tasks/postprocess.py"
 TOY_TEST = "tests/unit/test_turn_counts.py"
-COPIED = ("mars_core", "tasks", "flows", "cli", "reasoning", "docs", "configs", "README.md",
+COPIED = ("mars_core", "tasks", "flows", "cli", "eval", "docs", "configs", "README.md",
           "mkdocs.yml", "prefect.yaml", "pyproject.toml", "tests/__init__.py", "tests/conftest.py",
           "tests/benchmark_files.py",
           "tests/unit/__init__.py", "tests/unit/test_dag.py", "tests/unit/test_stage.py")

@@ -137,7 +137,7 @@ _CITE = re.compile(r"SPEC\s+(?:sections?\s+)?(\d+)(?:\.(\d+)|,?\s+(?:item|step)\
 def _cited() -> set[str]:
     """Every SPEC section the code, configs and tests cite: "5", "5.7", ..."""
     found = set()
-    for pkg in ("mars_core", "tasks", "flows", "cli", "reasoning", "bench", "tests", "configs"):
+    for pkg in ("mars_core", "tasks", "flows", "cli", "eval", "bench", "tests", "configs"):
         for path in sorted((REPO / pkg).rglob("*")):
             if path.suffix not in (".py", ".yaml") or path == Path(__file__):
                 continue
@@ -188,7 +188,7 @@ def test_every_repository_path_the_docs_name_exists():
     """A path from the repository root exists; so does a module named bare (some file of
     that name: the run outputs the docs name bare, .json or .md, are not checked)."""
     missing = []
-    modules = {p.name for d in ("mars_core", "tasks", "flows", "cli", "reasoning", "bench",
+    modules = {p.name for d in ("mars_core", "tasks", "flows", "cli", "eval", "bench",
                                 "tests", "docs", ".ci") for p in (REPO / d).rglob("*.py")}
     for page in PAGES:
         text = page.read_text()
@@ -206,7 +206,7 @@ def test_the_annotated_tree_names_every_module():
     words = set(re.findall(r"\w+", re.search(r"## The annotated tree\n\n```\n(.*?)```", text,
                                                re.S).group(1)))
     missing = []
-    for pkg in ("cli", "flows", "tasks", "reasoning", "mars_core"):
+    for pkg in ("cli", "flows", "tasks", "eval", "mars_core"):
         for path in sorted((REPO / pkg).rglob("*.py")):
             name = path.parent.name if path.name == "__init__.py" else path.stem
             if "vllm_ext" not in path.parts and name not in words:

@@ -177,7 +177,7 @@ def test_usage_summaries_name_real_flags_and_defaults(doc, usage):
 
 
 # -- paths the project's own files cite ---------------------------------------------------------
-TOP = ("mars_core", "tasks", "flows", "cli", "reasoning", "tests", "bench", "configs", "docs",
+TOP = ("mars_core", "tasks", "flows", "cli", "eval", "tests", "bench", "configs", "docs",
        "requirements")
 _CITED = re.compile(rf"\b(?:{'|'.join(TOP)})/[\w./-]*\w\.(?:py|ya?ml|md|txt|json|lock)\b")
 

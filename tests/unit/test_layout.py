@@ -13,7 +13,7 @@ from mars_core.run import layout
 from mars_core.types import Episode, Turn
 
 REPO = Path(__file__).resolve().parents[2]
-SCANNED = ("mars_core", "tasks", "flows", "cli", "reasoning", "bench", "tests")
+SCANNED = ("mars_core", "tasks", "flows", "cli", "eval", "bench", "tests")
 STAGE_NAMES = {s for _, stages in layout.STAGES for s in stages}
 # names that are also ordinary words (a metric namespace, an MLflow artifact, a dict key): they
 # count only beside another piece of a run path

@@ -18,24 +18,23 @@ def test_a_block_that_holds_memory_shows_its_peak():
 
 
 def test_the_peaks_per_stage_are_read_from_the_stages_metrics(tmp_path):
-    from mars_core.run.layout import METRICS_FILE
+    from mars_core.run.layout import GENERATE_ROLLOUTS, METRICS_FILE, TRAIN_STEP, stage_dir
 
-    for folder, value in (("iter_0000/generate_rollouts", 1.5),
-                          ("iter_0001/generate_rollouts", 2.5), ("iter_0001/train_step", 3.0)):
-        (tmp_path / folder).mkdir(parents=True)
-        stage = folder.split("/")[1]
-        write_json(tmp_path / folder / METRICS_FILE,
+    for k, stage, value in ((0, GENERATE_ROLLOUTS, 1.5), (1, GENERATE_ROLLOUTS, 2.5),
+                            (1, TRAIN_STEP, 3.0)):
+        stage_dir(tmp_path, k, stage).mkdir(parents=True)
+        write_json(stage_dir(tmp_path, k, stage) / METRICS_FILE,
                    {f"memory/{stage}_peak_rss_gib": value, f"time/{stage}": 1.0})
-    assert memory_peaks(tmp_path) == {"generate_rollouts": 2.5, "train_step": 3.0}
+    assert memory_peaks(tmp_path) == {GENERATE_ROLLOUTS: 2.5, TRAIN_STEP: 3.0}
     text = memory_markdown(memory_peaks(tmp_path))
-    assert text.index("train_step") < text.index("generate_rollouts")  # the largest first
+    assert text.index(TRAIN_STEP) < text.index(GENERATE_ROLLOUTS)  # the largest first
     assert memory_markdown({}) == ""
 
 
 def test_every_stage_records_its_peak(tmp_path):
-    from mars_core.run.layout import stage_dir
+    from mars_core.run.layout import GENERATE_ROLLOUTS, stage_dir
     from tasks.stage_runner import run_stage
 
-    metrics = run_stage(tmp_path, 0, "generate_rollouts", lambda out: {"x": 1.0}, step=None)
-    assert metrics["memory/generate_rollouts_peak_rss_gib"] > 0.01
-    assert stage_dir(tmp_path, 0, "generate_rollouts").is_dir()
+    metrics = run_stage(tmp_path, 0, GENERATE_ROLLOUTS, lambda out: {"x": 1.0}, step=None)
+    assert metrics[f"memory/{GENERATE_ROLLOUTS}_peak_rss_gib"] > 0.01
+    assert stage_dir(tmp_path, 0, GENERATE_ROLLOUTS).is_dir()

@@ -88,7 +88,7 @@ def test_prefect_reads_the_start_timeout_the_cli_sets():
 def _first_heavy_import(path) -> str | None:
     """The first module-level import in `path` of torch, Prefect or one of our packages."""
     heavy = ("torch", "transformers", "prefect", "mlflow", "mars_core", "cli", "tasks", "flows",
-             "reasoning", "tests")
+             "eval", "tests")
     for node in ast.parse(path.read_text()).body:
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

@@ -52,8 +52,10 @@ def _transient(e: BaseException) -> bool:
 
 
 def as_params(params: dict) -> list[Param]:
-    """MLflow params with every secret masked (mars_core.privacy.redact), values cut to 6,000 chars."""
-    return [Param(k, str(v)[:6000]) for k, v in redact(params).items()]
+    """MLflow params with every secret masked (mars_core.privacy.redact), values cut to 6,000
+    chars, names in MLflow's alphabet (a game named `openspiel:liars_dice(numdice=1)` in a
+    suite's key: `_metric_key`)."""
+    return [Param(_metric_key(str(k)), str(v)[:6000]) for k, v in redact(params).items()]
 
 
 def retry_window_s() -> float:

@@ -191,3 +191,16 @@ def test_a_game_list_keeps_an_openspiel_games_parameters_together():
     assert csv("openspiel:liars_dice(numdice=1,dice_sides=4), tic_tac_toe,,") == [
         "openspiel:liars_dice(numdice=1,dice_sides=4)", "tic_tac_toe"]
     assert csv("openspiel:chess(,kuhn_poker") == ["openspiel:chess(,kuhn_poker"]  # refused later
+
+
+def test_an_engine_games_name_reaches_mlflow_as_a_valid_key():
+    """A suite's params and metrics carry game names: `(`, `=` and `,` are not in MLflow's
+    alphabet (a real `mars eval games` on Liar's Dice failed there once)."""
+    import re
+
+    from tasks.tracking import _metric_key, as_params
+
+    name = "openspiel:liars_dice(numdice=1,dice_sides=4)"
+    valid = re.compile(r"^[/\w.\- :]*$")
+    assert all(valid.match(p.key) for p in as_params({f"suite.{name}": ["bot:random"]}))
+    assert valid.match(_metric_key("exploitability", name))

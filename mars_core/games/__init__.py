@@ -5,6 +5,8 @@
   and the answer format;
 - one module per game family (`board_games`, `poker`, `hanabi`, `blotto`, `ipd`, `codenames`,
   `mafia`, `openspiel_games`, `textarena_games`), `nash` (equilibrium tables);
+- any engine game by name: `openspiel_generic` (`openspiel:<name>`), `textarena_generic`
+  (`textarena:<EnvId>`); `listing`: every playable game (`mars games`);
 - `opponents`: who can sit at a seat (bots, frozen checkpoints), `bots`: the bots' moves.
 
 A module of this package is also an attribute of it, imported on first use

@@ -12,7 +12,6 @@ from the engine (which loads then) by the family's generic adapter module (`GENE
 """
 from __future__ import annotations
 
-import importlib
 import re
 import zlib
 from collections.abc import Callable
@@ -131,7 +130,8 @@ _BY_NAME = {g.name: g for g in CATALOG}
 # The engines' own games by name (`openspiel:<short_name>(key=value,...)`,
 # `textarena:<EnvId>`): the family's module of generic adapters, imported when such a name is
 # first asked for (its engine loads then, to check the game).
-GENERIC = {"openspiel": "openspiel_generic", "textarena": "textarena_generic"}
+GENERIC = {"openspiel": lambda: games.openspiel_generic,
+           "textarena": lambda: games.textarena_generic}
 
 
 def record(name: str) -> Game:
@@ -152,7 +152,7 @@ def record(name: str) -> Game:
 
 @lru_cache(maxsize=None)
 def _generic(family: str, spec: str) -> Game:
-    module = importlib.import_module(f"mars_core.games.{GENERIC[family]}")
+    module = GENERIC[family]()
     traits = module.describe(spec)  # ValueError naming the game and why it cannot be played
     return Game(f"{family}:{spec}", family, lambda: module.adapter(spec), ("bot:random",),
                 cooperative=traits["cooperative"],

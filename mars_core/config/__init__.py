@@ -352,6 +352,15 @@ class GameEvalConfig(_Section):
         return self
 
 
+def _defaults(game: str) -> tuple[str, ...]:
+    """The game's default opponents, or none for a game that does not exist (the suite's
+    check then names the problem in one line)."""
+    try:
+        return default_opponents(game)
+    except ValueError:
+        return ()
+
+
 def load_game_eval_config(path: str | Path | None = None, games: list[str] | None = None,
                           opponents: list[str] | None = None, n: int | None = None,
                           seed: int | None = None,
@@ -364,7 +373,7 @@ def load_game_eval_config(path: str | Path | None = None, games: list[str] | Non
         _merge(base, parse_overrides(overrides)), GameEvalConfig)
     suite = {g: list(o) for g, o in cfg.suite.items()}
     if games:
-        suite = {g: list(opponents or suite.get(g) or default_opponents(g)) for g in games}
+        suite = {g: list(opponents or suite.get(g) or _defaults(g)) for g in games}
     elif opponents:
         suite = {g: list(opponents) for g in suite}
     data = cfg.model_dump(mode="json") | {"suite": suite}

@@ -22,13 +22,16 @@ sequential OpenSpiel game with a string view of the state, from the engine alone
 Refused by name, in one line: unknown games, simultaneous-move games, games without a string
 view of the state, single-player games (self-play has no meaning there), games whose
 parameters are other games, and parameter strings that do not parse or name an unknown
-parameter. A game is loaded to check it (`describe`, cached), never at import.
+parameter. A game is loaded to check it (`describe`, cached), never at import. OpenSpiel's
+games written in Python (`python_kuhn_poker`, ...) are registered here, on import, so every
+process sees the same list (otherwise it depends on what else was imported).
 """
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 
+import open_spiel.python.games  # noqa: F401 - registers OpenSpiel's Python games
 import pyspiel
 
 from mars_core.games.openspiel_games import OpenSpielGame, _Seeded

@@ -74,14 +74,19 @@ def test_the_ids_are_the_registered_v0_ids():
 
 @pytest.mark.parametrize("game", PLAYABLE_SAMPLE)
 def test_random_play_is_valid_to_the_end(game):
-    info, before = tg.describe(game), random.getstate()
+    """...and an episode does not depend on the global random state (the env draws from the
+    episode's own; comparing the global state before and after would also see other threads
+    of the test process draw)."""
+    info = tg.describe(game)
     assert info["num_players"] >= 2 and info["cooperative"] is False and info["title"]
     for seed in (0, 1):
+        random.seed(100 + seed)
         actions, returns, state = play(game, seed)
         assert actions and len(returns) == info["num_players"]
         assert all(-1.0 <= r <= 1.0 for r in returns)
         assert state.done or len(actions) == MOVES
-    assert random.getstate() == before
+        random.seed(999)
+        assert play(game, seed)[:2] == (actions, returns)
 
 
 @pytest.mark.parametrize("game", ["TicTacToe-v0", "Poker-v0", "SimpleNegotiation-v0",

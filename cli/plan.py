@@ -97,6 +97,7 @@ def engine_game_lines(games) -> list[str]:
     """What the run does with a game named through its engine (`openspiel:<name>`,
     `textarena:<EnvId>`): the generic adapter, the seats, what the bots can do."""
     from mars_core.games.catalog import is_generic, record
+    from mars_core.games.listing import fitting_bots
     from mars_core.games.registry import make_game
 
     lines = []
@@ -106,10 +107,9 @@ def engine_game_lines(games) -> list[str]:
         rec, adapter = record(game), make_game(game)
         limit = f", scored as it stands after {adapter.move_limit} moves" \
             if adapter.move_limit else ""
-        info = ("perfect information: bot:random or bot:mcts-N" if rec.family == "openspiel"
-                and not rec.hidden_information else "bot:random")
         lines.append(f"  {game}: the generic {rec.family} adapter (the engine's own rules, "
-                     f"state and actions), {adapter.num_players} seats, {info}{limit}")
+                     f"state and actions), {adapter.num_players} seats, bots that fit: "
+                     f"{fitting_bots(game)}{limit}")
     return lines
 
 

@@ -123,6 +123,7 @@ def with_mirror_targets(df: pl.DataFrame, memory: dict | None, *, alpha: float, 
         memory[s] = m  # the most recently visited
         probs: dict[str, float] = {}
         comps: dict[str, tuple[list[int], list[float], float]] = {}
+        visits = sum(len(ix) for ix in taken.get(s, {}).values())  # valid turns in the state
         for action, ix in taken.get(s, {}).items():
             mean = sum(rtg[i] for i in ix) / len(ix)
             old = m["q"].get(action)
@@ -133,9 +134,9 @@ def with_mirror_targets(df: pl.DataFrame, memory: dict | None, *, alpha: float, 
                 by.setdefault(tuple(rows[i]["completion_ids"]), []).append(i)
             src = rows[min((-len(c), c[0]) for c in by.values())[1]]
             m["q"][action] = [value, n_old + len(ix), list(src["completion_ids"])]
-            seen = [_completion_prob(rows[c[0]]["logprobs"]) for c in by.values()]
-            probs[action] = sum(p for p in seen if p is not None) if any(
-                p is not None for p in seen) else len(ix) / len(rows_in(taken, s))
+            seen = [p for p in (_completion_prob(rows[c[0]]["logprobs"]) for c in by.values())
+                    if p is not None]  # recorded: the engine's; else the batch's frequency
+            probs[action] = sum(seen) if seen else len(ix) / visits
             comps[action] = (list(src["completion_ids"]), list(src["logprobs"] or []),
                              src["temperature"])
         actions = sorted(m["q"])
@@ -179,6 +180,3 @@ def with_mirror_targets(df: pl.DataFrame, memory: dict | None, *, alpha: float, 
                "mirror/value_gap": gap_sum / trained if trained else 0.0}
     return frame, memory, metrics
 
-
-def rows_in(taken: dict[str, dict[str, list[int]]], s: str) -> list[int]:
-    return [i for ix in taken.get(s, {}).values() for i in ix]

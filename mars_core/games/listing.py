@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mars_core.games.catalog import CATALOG, record
+from mars_core.games.opponents import check_opponent
 
 
 @dataclass(frozen=True)
@@ -24,15 +25,19 @@ class Row:
     refused: str = ""  # why it cannot be played ("" when it can)
 
 
-def _bots(name: str) -> str:
-    rec = record(name)
-    bots = ["bot:random"]
-    if rec.family == "openspiel" and not rec.hidden_information and not rec.cooperative:
-        bots.append("bot:mcts-N")
-    if rec.nash:
-        bots.append("bot:nash")
-    bots += [spec for spec, _ in rec.bots]
-    return ", ".join(bots)
+def fitting_bots(name: str) -> str:
+    """The bots that may sit across a policy in `name`, as `opponents.check_opponent` rules
+    (`bot:mcts-N` standing for every number of simulations)."""
+    specs = ("bot:random", "bot:mcts-N", "bot:nash", *(s for s, _ in record(name).bots))
+    return ", ".join(s for s in specs if _fits(s.replace("-N", "-10"), name))
+
+
+def _fits(spec: str, game: str) -> bool:
+    try:
+        check_opponent(spec, game)
+    except ValueError:
+        return False
+    return True
 
 
 def _row(name: str, adapter: str) -> Row:
@@ -40,7 +45,7 @@ def _row(name: str, adapter: str) -> Row:
 
     rec, game = record(name), make_game(name)
     return Row(name, rec.family, adapter, game.num_players,
-               "hidden" if rec.hidden_information else "perfect", _bots(name), rec.nash,
+               "hidden" if rec.hidden_information else "perfect", fitting_bots(name), rec.nash,
                game.move_limit)
 
 
@@ -55,7 +60,8 @@ def rows(engines: tuple[str, ...] = ("openspiel", "textarena"), refused: bool = 
         listed = generic[engine].playable()
         out += [_row(f"{engine}:{n}", "generic") for n, why in listed if not why]
         if refused:
-            out += [Row(f"{engine}:{n}", engine, "generic", refused=why) for n, why in listed if why]
+            out += [Row(f"{engine}:{n}", engine, "generic", refused=why)
+                    for n, why in listed if why]
     return out
 
 

@@ -29,6 +29,7 @@ process sees the same list (otherwise it depends on what else was imported).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 
 import open_spiel.python.games  # noqa: F401 - registers OpenSpiel's Python games
@@ -69,10 +70,9 @@ def parse(spec: str) -> tuple[str, dict]:
         raise _refuse(spec, "not a game name: write short_name or short_name(key=value,...), "
                             "e.g. openspiel:liars_dice(numdice=1)")
     short, body = m.group(1), m.group(2)
-    types = {t.short_name: t for t in pyspiel.registered_games()}
-    if short not in types:
+    if _type(short) is None:
         raise _refuse(spec, "unknown OpenSpiel game; `mars games` lists the playable ones")
-    defaults = types[short].parameter_specification
+    defaults = _type(short).parameter_specification
     params: dict = {}
     for item in filter(None, (body or "").split(",")):
         p = _PARAM.fullmatch(item.strip())
@@ -91,13 +91,19 @@ def parse(spec: str) -> tuple[str, dict]:
     return short, params
 
 
+def _type(short: str):
+    """The registered game type of `short`, or None."""
+    return next((t for t in pyspiel.registered_games() if t.short_name == short), None)
+
+
 @lru_cache(maxsize=None)
 def describe(spec: str) -> dict:
     """What a check needs of the game, or ValueError naming why it cannot be played:
     `num_players`, `hidden_information`, `cooperative` (identical payoffs), `zero_sum`,
-    `max_length`, `long_name`."""
+    `max_length`, `long_name`, `information_state` (the seat's view: that string, else the
+    observation string)."""
     short, params = parse(spec)
-    gt = next(t for t in pyspiel.registered_games() if t.short_name == short)
+    gt = _type(short)
     if gt.dynamics != _T.Dynamics.SEQUENTIAL:
         raise _refuse(spec, "a simultaneous-move game: seats act at once, and the rollout loop "
                             "plays one seat at a time")
@@ -116,7 +122,11 @@ def describe(spec: str) -> dict:
     return {"num_players": game.num_players(), "hidden_information": hidden,
             "cooperative": gt.utility == _T.Utility.IDENTICAL,
             "zero_sum": gt.utility == _T.Utility.ZERO_SUM,
-            "max_length": game.max_game_length(), "long_name": gt.long_name}
+            "max_length": game.max_game_length(), "long_name": gt.long_name,
+            # the seat's view: the information state where seats hold hidden information
+            # (it keeps the seat's private history), else the board
+            "information_state": gt.provides_information_state_string
+            and (hidden or not gt.provides_observation_string)}
 
 
 def playable() -> list[tuple[str, str]]:
@@ -150,11 +160,6 @@ class GenericOpenSpiel(OpenSpielGame):
     zero_sum: bool = False
     state_view: str = "observation"  # or "information_state"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.cooperative = type(self).cooperative
-        self.perfect_information = not describe(self.spec)["hidden_information"]
-
     # -- the move limit --------------------------------------------------------------------
     def new_state(self, seed: int):
         base = super().new_state(seed)
@@ -180,7 +185,7 @@ class GenericOpenSpiel(OpenSpielGame):
         p = state.s.current_player()
         ids = state.s.legal_actions(p)
         texts = [self.action_string(state, p, a) for a in ids]
-        shared = {t for t in texts if texts.count(t) > 1}
+        shared = {t for t, n in Counter(texts).items() if n > 1}
         return {(f"{t[:-1]} #{a}>" if t in shared else t): a for t, a in zip(texts, ids)}
 
     def view(self, state, player: int) -> str:
@@ -230,13 +235,10 @@ def adapter(spec: str) -> type[GenericOpenSpiel]:
     once and shares it)."""
     d = describe(spec)
     short, params = parse(spec)
-    gt = next(t for t in pyspiel.registered_games() if t.short_name == short)
-    info_state = gt.provides_information_state_string and (
-        d["hidden_information"] or not gt.provides_observation_string)
     limit = MOVE_LIMIT if d["max_length"] > MOVE_LIMIT else None
     return type(f"OpenSpiel_{short}", (GenericOpenSpiel,), {
         "name": PREFIX + spec, "spec": spec, "pyspiel_name": short, "params": params,
         "long_name": d["long_name"], "zero_sum": d["zero_sum"], "cooperative": d["cooperative"],
         "perfect_information": not d["hidden_information"], "move_limit": limit,
-        "state_view": "information_state" if info_state else "observation",
+        "state_view": "information_state" if d["information_state"] else "observation",
         "__module__": __name__})

@@ -30,14 +30,15 @@ GAME_ID = -1  # TextArena's sender id for game messages
 MAX_CHAT = 1000  # characters in one free-chat message (IPD chat, Mafia discussion)
 
 
-def check_chat(text: str) -> Parsed:
-    """A free-chat message: any non-empty text (stripped) of at most MAX_CHAT characters."""
+def check_chat(text: str, what: str = "chat message") -> Parsed:
+    """A free-chat message (or any text `what`): non-empty once stripped, at most MAX_CHAT
+    characters."""
     message = text.strip()
     if not message:
-        return Parsed(None, PARSING_FAILURE, "the chat message is empty")
+        return Parsed(None, PARSING_FAILURE, f"the {what} is empty")
     if len(message) > MAX_CHAT:
         return Parsed(None, INVALID_ACTION,
-                      f"the chat message has {len(message)} characters, more than {MAX_CHAT}")
+                      f"the {what} has {len(message)} characters, more than {MAX_CHAT}")
     return Parsed(message)
 
 
@@ -104,8 +105,9 @@ class TextArenaGame(GameAdapter):
 
     # -- engine plumbing -------------------------------------------------------------------
     def new_state(self, seed: int) -> TAState:
-        state = TAState(self.make_env(), seed)
-        with _private_random(state):
+        state = TAState(None, seed)
+        with _private_random(state):  # some constructors draw too (Taboo's category)
+            state.env = self.make_env()
             state.env.reset(num_players=self.num_players, seed=seed)
         ta_state = self.ta(state)
         ta_state.set_invalid_move = _InvalidMoveSpy(ta_state.set_invalid_move)

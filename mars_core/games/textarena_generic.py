@@ -50,7 +50,7 @@ from typing import Any
 
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, GameAdapter, Parsed, clip
 from mars_core.games.textarena_games import (MAX_CHAT, TAState, TextArenaGame, _private_random,
-                                             env_class)
+                                             check_chat, env_class)
 
 PREFIX = "textarena:"
 MAX_SEATS = 15  # the most seats a TextArena game takes (Character Conclave, Secret Mafia)
@@ -299,12 +299,7 @@ class GenericTextArenaGame(TextArenaGame):
             return env_class(self.env_class)(**copy.deepcopy(self.env_kwargs))
 
     def new_state(self, seed: int) -> TAState:
-        outer = random.getstate()
-        random.seed(seed)  # some constructors draw (Taboo's category): from the episode's seed
-        try:
-            state = super().new_state(seed)
-        finally:
-            random.setstate(outer)
+        state = super().new_state(seed)
         state.memory.update(seen={p: set() for p in range(self.num_players)}, moves=0)
         return state
 
@@ -324,12 +319,10 @@ class GenericTextArenaGame(TextArenaGame):
     def check_action(self, state: TAState, text: str) -> Parsed:
         if not isinstance(text, str):
             return Parsed(None, PARSING_FAILURE, "the action is not text")
-        action = text.strip()
-        if not action:
-            return Parsed(None, PARSING_FAILURE, "the action is empty")
-        if len(action) > MAX_CHAT:
-            return Parsed(None, INVALID_ACTION,
-                          f"the action has {len(action)} characters, more than {MAX_CHAT}")
+        shaped = check_chat(text, "action")  # non-empty, at most MAX_CHAT characters
+        if shaped.action is None:
+            return shaped
+        action = shaped.action
         refused = self._refusal(state, action)
         if refused is None:
             return Parsed(action)

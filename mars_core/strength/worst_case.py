@@ -9,8 +9,8 @@ temperature, renormalized over the legal answers). Then, bottom-up, the other se
 move worst for the policy and the policy's moves are averaged by its probabilities: the
 policy's worst-case expected score (1 a win, 0 a draw, -1 a loss), per seat. The moves below
 `prune` are counted as losses, so the figure is a lower bound, exact when nothing was pruned
-(the pruned mass is reported). A near-uniform policy reaches most of the 4,520 positions of
-its seat (about 50 minutes a reading on 2 CPU cores): `max_reads` refuses it by name first.
+(the pruned mass is reported). A near-uniform policy reaches about 6,600 positions of its seat
+(about 50 minutes a reading on 2 CPU cores): `max_reads` refuses it by name first.
 
 `worst_case_of(policy, seat)` does the search for any policy given as a function (position
 -> probabilities), which is how a table policy or minimax play is checked; `read_worst_case`
@@ -41,7 +41,7 @@ class Position:
         return (str(self.state), self.moves_since if last_move_shown else ())
 
 
-def _positions(adapter, state, seat: int, moves_since) -> Position:
+def _position(adapter, state, seat: int, moves_since) -> Position:
     from mars_core.games.openspiel_games import _Seeded
 
     ids = tuple(sorted(state.legal_actions()))
@@ -62,67 +62,60 @@ def worst_case_of(policy: Callable[[list[Position]], list[list[float]]], seat: i
 
     adapter = make_game(GAME)
     probs: dict[tuple, list[float]] = {}
+
+    def policy_moves(state, since) -> list[tuple[int, float]]:
+        """The policy's moves of probability >= prune (read before this is asked)."""
+        p = _position(adapter, state, seat, since)
+        return [(a, q) for a, q in zip(p.actions, probs[p.key(last_move_shown)]) if q >= prune]
+
+    def children(state, since):
+        """(action, child, the moves its mover will have seen since its last turn)."""
+        mover = state.current_player()
+        if mover == seat:
+            return [(a, state.child(a), since) for a, _ in policy_moves(state, since)]
+        return [(a, state.child(a), ((mover, adapter.action_string(None, mover, a)),))
+                for a in state.legal_actions()]
+
     level = [(adapter.game.new_initial_state(), ())]
-    while level:
+    while level:  # breadth first: each depth's new positions read in one call
         fresh: dict[tuple, Position] = {}
         for state, since in level:
             if not state.is_terminal() and state.current_player() == seat:
-                p = _positions(adapter, state, seat, since)
+                p = _position(adapter, state, seat, since)
                 if p.key(last_move_shown) not in probs:
                     fresh.setdefault(p.key(last_move_shown), p)
         if max_reads is not None and len(probs) + len(fresh) > max_reads:
             raise ValueError(f"the policy reaches more than {max_reads} positions of seat {seat} "
                              f"with moves of probability >= {prune} (a near-uniform policy "
-                             "reaches about 4,500): raise prune or max_reads")
-        if fresh:
-            for key, row in zip(fresh, policy(list(fresh.values()))):
-                probs[key] = list(row)
-        nxt, seen = [], set()
+                             "reaches about 6,600): raise prune or max_reads")
+        for key, row in zip(fresh, policy(list(fresh.values())) if fresh else ()):
+            probs[key] = list(row)
+        nxt: dict[tuple, tuple] = {}
         for state, since in level:
-            if state.is_terminal():
-                continue
-            mover = state.current_player()
-            if mover == seat:
-                p = _positions(adapter, state, seat, since)
-                moves = [a for a, q in zip(p.actions, probs[p.key(last_move_shown)]) if q >= prune]
-            else:
-                moves = state.legal_actions()
-            for a in moves:
-                child = state.child(a)
-                after = () if mover != seat else since
-                if mover != seat:
-                    after = ((mover, adapter.action_string(None, mover, a)),)
-                key = (str(child), after)
-                if key not in seen:
-                    seen.add(key)
-                    nxt.append((child, after))
-        level = nxt
+            if not state.is_terminal():
+                for _, child, after in children(state, since):
+                    nxt.setdefault((str(child), after), (child, after))
+        level = list(nxt.values())
     values: dict[tuple, float] = {}
     pruned = [0.0]
 
     def value(state, since) -> float:
         key = (str(state), since)
-        if key in values:
-            return values[key]
-        if state.is_terminal():
-            v = state.returns()[seat]
-        elif state.current_player() != seat:
-            v = min(value(state.child(a), ((state.current_player(),
-                    adapter.action_string(None, state.current_player(), a)),))
-                    for a in state.legal_actions())
-        else:
-            p = _positions(adapter, state, seat, since)
-            row = probs[p.key(last_move_shown)]
-            kept = [(a, q) for a, q in zip(p.actions, row) if q >= prune]
-            lost = 1.0 - sum(q for _, q in kept)
-            pruned[0] = max(pruned[0], lost)
-            v = sum(q * value(state.child(a), since) for a, q in kept) - lost
-        values[key] = v
-        return v
+        if key not in values:
+            if state.is_terminal():
+                values[key] = state.returns()[seat]
+            elif state.current_player() != seat:  # the best response: the policy's worst
+                values[key] = min(value(c, after) for _, c, after in children(state, since))
+            else:  # the policy's moves by their probabilities; the pruned ones lost
+                kept = dict(policy_moves(state, since))
+                lost = 1.0 - sum(kept.values())
+                pruned[0] = max(pruned[0], lost)
+                values[key] = sum(kept[a] * value(c, after)
+                                  for a, c, after in children(state, since)) - lost
+        return values[key]
 
-    root = adapter.game.new_initial_state()
-    return {"seat": seat, "worst_case": value(root, ()), "reads": len(probs),
-            "pruned": pruned[0], "prune": prune}
+    return {"seat": seat, "worst_case": value(adapter.game.new_initial_state(), ()),
+            "reads": len(probs), "pruned": pruned[0], "prune": prune}
 
 
 def read_worst_case(model, tokenizer, builder, *, temperature: float = 1.0, prune: float = 1e-3,

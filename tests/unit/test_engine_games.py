@@ -182,7 +182,7 @@ def test_the_pages_check_command_says_what_it_will_do(tmp_path, monkeypatch, cap
     assert main([*shlex.split(command), "--runs-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "openspiel:liars_dice(numdice=1): the generic openspiel adapter" in out
-    assert "2 seats, bot:random" in out and not any(tmp_path.iterdir())
+    assert "2 seats, bots that fit: bot:random" in out and not any(tmp_path.iterdir())
 
 
 def test_a_game_list_keeps_an_openspiel_games_parameters_together():

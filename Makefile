@@ -166,7 +166,7 @@ bench: setup
 # evaluations as a learning curve and a paired before/after table in runs/<recipe>/learning/
 # (PRESET=configs/learning/tic_tac_toe.yaml; RUN=name).
 learn: setup
-	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_vs_random.yaml) \
+	$(PY) bench/learning.py --config $(or $(PRESET),configs/learning/kuhn_selfplay.yaml) \
 	    $(if $(RUN),--run-name $(RUN))
 
 # The learning lab (docs/lab.md): the capacity probe, i.e. Kuhn Poker's best response fitted by

@@ -2,7 +2,7 @@
 Ray cluster of two nodes, one CPU each: iterations per hour of both, side by side in one run.
 Prints figures; asserts nothing.
 
-    python bench/overlap_bench.py [--config configs/learning/tic_tac_toe_ppo.yaml]
+    python bench/overlap_bench.py [--config configs/lab/tic_tac_toe_ppo.yaml]
                                   [--iterations 4] [--model PATH] [--set KEY=VALUE ...]
 
 The two nodes are this machine's two CPUs, pinned (`taskset`) as if they were two machines:
@@ -91,7 +91,7 @@ def _figures(run: Path, iterations: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/learning/tic_tac_toe_ppo.yaml")
+    ap.add_argument("--config", default="configs/lab/tic_tac_toe_ppo.yaml")
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--model", help="a warmed-up policy folder (skips the format warm-up)")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for both runs")

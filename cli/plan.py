@@ -8,7 +8,9 @@ the environment sampler splits them; an evaluation plays `evaluation.games_per_s
 game x opponent x seat (a `self` opponent: one seating), the start policy's when
 `evaluation.at_start`, then after every `evaluation.every`-th iteration and after the last;
 the format warm-up's probe plays `warmup.probe_games` self-play games before its steps and
-again after them.
+again after them. What the run reproduces across shard layouts, engine batch sizes and resumes
+(`reproducible_line`: the precision `model.bf16` resolves to on this machine, measured once and
+cached, and `model.batch_invariant`).
 """
 from __future__ import annotations
 
@@ -113,6 +115,15 @@ def engine_game_lines(games) -> list[str]:
     return lines
 
 
+def reproducible_line(backend: str, bf16_setting: str, invariant_setting: str) -> str:
+    """`reproducible: ...` for an engine and the precision and batch-invariance settings."""
+    from mars_core.models.invariant import statement, wanted
+    from mars_core.models.precision import bf16_for
+
+    bf16 = bf16_for(bf16_setting, "play")
+    return f"reproducible: {statement(backend, bf16, wanted(invariant_setting, bf16))}"
+
+
 def training_plan(cfg) -> list[str]:
     n, r, e, w = cfg.run.iterations, cfg.rollout, cfg.evaluation, cfg.warmup
     evaluated = evaluated_after(n, e.every)
@@ -141,6 +152,7 @@ def training_plan(cfg) -> list[str]:
             f"{probes} probe games" if probes else "no warm-up")
     lines.append(f"in all: {n * r.episodes_per_iteration} training games, "
                  f"{evaluations * per_eval} evaluation games; {warm}")
+    lines.append(reproducible_line(cfg.engine.backend, cfg.model.bf16, cfg.model.batch_invariant))
     lines.append("nothing written: no run folder, no MLflow run, no Prefect flow run")
     return lines
 
@@ -150,6 +162,7 @@ def game_eval_plan(cfg) -> list[str]:
     return [f"games and opponents ({cfg.n} games per game x opponent x seat; seed {cfg.seed}):",
             *(f"  {g}: {', '.join(o)}" for g, o in cfg.suite.items()),
             f"in all: {total} games per policy evaluated",
+            reproducible_line("hf", cfg.bf16, cfg.batch_invariant),
             "nothing written: no results file, no MLflow run, no Prefect flow run"]
 
 

@@ -53,7 +53,7 @@ VARIANTS = tuple(f"configs/ablations/variants/{v}.yaml" for v in (
 # the default: Kuhn with the method's update, cut at its plateau (the comparison in <= 4 h here)
 ABLATE_BASES = ("configs/ablations/bases/kuhn_short.yaml",)
 # the learning recipes at their own scale (`--bases`; ~28 h for three seeds on 2 cores)
-LEARNING_BASES = ("configs/learning/kuhn_ppo.yaml", "configs/learning/tic_tac_toe.yaml")
+LEARNING_BASES = ("configs/lab/kuhn_ppo.yaml", "configs/learning/tic_tac_toe.yaml")
 
 
 def evaluation_key(cfg, model: str) -> str:

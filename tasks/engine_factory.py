@@ -21,6 +21,13 @@ def use_bf16(cfg: Config, phase: str) -> bool:
     return bf16_wanted(cfg.model.bf16, phase)
 
 
+def batch_invariant(setting: str, bf16: bool) -> bool:
+    """`model.batch_invariant` (`auto`: where the engine samples in bf16)."""
+    from mars_core.models.invariant import wanted
+
+    return wanted(setting, bf16)
+
+
 def prompt_builder(cfg: Config, tokenizer) -> PromptBuilder:
     return PromptBuilder(tokenizer, cfg.rollout.prefill, cfg.rollout.keep_history,
                          cfg.model.max_context_tokens, cfg.rollout.prompt)
@@ -38,7 +45,9 @@ def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Pat
     `rollout.int8`)."""
     from mars_core.engines.build import build_engine
 
+    bf16 = use_bf16(cfg, "play")
     return build_engine(path, backend=backend or cfg.engine.backend,
                         vllm=lambda p: vllm_engine(cfg, p, log_dir),
-                        batch_size=cfg.rollout.engine_batch_size, bf16=use_bf16(cfg, "play"),
-                        share_prefix=cfg.model.share_prefix, int8=int8)
+                        batch_size=cfg.rollout.engine_batch_size, bf16=bf16,
+                        share_prefix=cfg.model.share_prefix, int8=int8,
+                        batch_invariant=batch_invariant(cfg.model.batch_invariant, bf16))

@@ -11,7 +11,7 @@ from mars_core.config.cluster import ClusterConfig
 from mars_core.strength.suite import run_suite
 from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import PromptBuilder, RolloutStats
-from tasks.engine_factory import bf16_wanted
+from tasks.engine_factory import batch_invariant, bf16_wanted
 from tasks.stage_runner import PUBLISH_RETRY
 from tasks.model_registry import local_model
 from tasks.shards import run_shards, shard_slices
@@ -52,8 +52,9 @@ def evaluate_suite(cfg: GameEvalConfig, policy: str, model: str | None,
     if model is not None:
         from mars_core.engines.build import build_engine
 
-        engine = build_engine(model, batch_size=cfg.play.engine_batch_size,
-                              bf16=bf16_wanted(cfg.bf16))
+        bf16 = bf16_wanted(cfg.bf16)
+        engine = build_engine(model, batch_size=cfg.play.engine_batch_size, bf16=bf16,
+                              batch_invariant=batch_invariant(cfg.batch_invariant, bf16))
         prompts = PromptBuilder(engine.tokenizer, cfg.play.prefill, cfg.play.keep_history,
                                 cfg.max_context_tokens, cfg.play.prompt)
     stats, records, texts = RolloutStats(), [], []

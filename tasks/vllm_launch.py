@@ -51,11 +51,12 @@ def _launch_vllm(cfg: Config, path: str, log_dir: Path | None, tokenizer, n: int
     import secrets
     from concurrent.futures import ThreadPoolExecutor
 
-    from mars_core.engines.vllm_server import VLLMServer, launch_command
+    from mars_core.engines.vllm_server import VLLMServer, launch_command, server_env
     from mars_core.run.procgroup import free_port
 
     v, lv = cfg.engine.vllm, cfg.engine.vllm.launch
     servers, keys = [], [secrets.token_urlsafe(32) for _ in range(n)]
+    env = server_env(lv.batch_invariant, lv.env)
     if cfg.cluster.ray.address is not None:  # placed by Ray, each on a node with its resources
         from tasks.vllm_ray import launch_on_ray
 
@@ -76,7 +77,7 @@ def _launch_vllm(cfg: Config, path: str, log_dir: Path | None, tokenizer, n: int
                              gpu_memory_utilization=lv.gpu_memory_utilization,
                              seed=cfg.run.seed, enforce_eager=lv.enforce_eager,
                              extra_args=tuple(lv.extra_args))
-        servers.append(VLLMServer(cmd, env=lv.env, startup_timeout_s=lv.startup_timeout_s,
+        servers.append(VLLMServer(cmd, env=env, startup_timeout_s=lv.startup_timeout_s,
                                   log_path=Path(log_dir) / f"{name}.log" if log_dir else None,
                                   api_key=keys[i],
                                   cpu_kv_cache_bytes=lv.cpu_kv_cache_bytes))

@@ -83,6 +83,8 @@ def launch_on_ray(cfg: Config, path: str, log_dir: Path | None, keys: list[str]
     (url, handle) per replica, in order. All are stopped again if one fails to start."""
     import ray
 
+    from mars_core.engines.vllm_server import server_env
+
     lv = cfg.engine.vllm.launch
     connect(cfg.cluster)  # kept for the process's life: the actors belong to it
     launch = {"python": str(Path(lv.python).absolute()), "model": str(Path(path).resolve()),
@@ -91,7 +93,8 @@ def launch_on_ray(cfg: Config, path: str, log_dir: Path | None, keys: list[str]
               "enforce_eager": lv.enforce_eager, "extra_args": tuple(lv.extra_args)}
     logs = Path(log_dir or ".").resolve()
     remote = ray.remote(num_gpus=lv.ray_gpus, num_cpus=lv.ray_cpus)(_Replica)
-    actors = [remote.remote(launch, str(logs / f"vllm_server_{i}.log"), dict(lv.env), key,
+    env = server_env(lv.batch_invariant, lv.env)  # this node's GPU stands for theirs
+    actors = [remote.remote(launch, str(logs / f"vllm_server_{i}.log"), env, key,
                             lv.cpu_kv_cache_bytes, lv.startup_timeout_s)
               for i, key in enumerate(keys)]
     handles = []

@@ -11,12 +11,12 @@ May import: advantages, games, privacy, types, vocab.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from mars_core.config.base import ConfigError, _Section  # noqa: F401  (re-exported)
+from mars_core.config.base import ConfigError, OnOffAuto, _Section  # noqa: F401  (re-exported)
 from mars_core.config.cluster import ClusterConfig
 from mars_core.config.engine import EngineConfig
 from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # noqa: F401
@@ -32,12 +32,6 @@ from mars_core.vocab import POLICY
 
 
 
-def _on_off(value: Any) -> Any:
-    """YAML 1.1 reads `on`/`off` (unquoted, in a preset file) as booleans: back to the words."""
-    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
-
-
-OnOffAuto = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
 
 class RunConfig(_Section):
     seed: int = 0
@@ -51,6 +45,10 @@ class ModelConfig(_Section):
     # a prompt prefix many rows of a batch share (a game's rules) goes through the model once,
     # in sampling and in the update (mars_core.models.prefix); false: every row in full
     share_prefix: bool = True
+    # every reply the in-process engine samples the same bits whatever other games share its
+    # batch, shard or engine batch size (mars_core.models.invariant; docs/reliability.md
+    # "What reproduces"); auto: on where it samples in bf16 (fp32 replies keep their tokens)
+    batch_invariant: OnOffAuto = "auto"
 
 
 class WarmupConfig(_Section):
@@ -282,10 +280,22 @@ def _yaml_error(p: Path, e: yaml.YAMLError) -> str:
     return f"config file {p}{where}: not valid YAML: " + " ".join(problem.split())
 
 
+def _moved(p: Path) -> Path:
+    """A learning-lab experiment under its path before it moved from configs/learning/ to
+    configs/lab/ (one recipe per game stayed): the new path, with a deprecation note."""
+    lab = p.parent.parent / "lab" / p.name
+    if not p.exists() and p.parent.name == "learning" and lab.is_file():
+        from mars_core.config.base import deprecated
+
+        deprecated(str(p), str(lab), "preset path")
+        return lab
+    return p
+
+
 def read_preset(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     """A YAML preset as a dict. `extends: other.yaml` (relative to the preset's folder) names a
     base preset whose values the file's own values override, key by key (chains allowed)."""
-    p = Path(path)
+    p = _moved(Path(path))
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     if p.resolve() in _seen:
@@ -331,6 +341,7 @@ class GameEvalConfig(_Section):
     play: PlayConfig = PlayConfig()
     max_context_tokens: int = Field(2048, ge=64)
     bf16: OnOffAuto = "auto"
+    batch_invariant: OnOffAuto = "auto"  # as model.batch_invariant
     cluster: ClusterConfig = ClusterConfig()  # games split into shards (by game)
     # the games whose exact exploitability is read beside their games (Kuhn, Leduc:
     # mars_core.strength.exploitability) when the suite plays them; null: every such game of

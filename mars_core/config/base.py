@@ -3,9 +3,17 @@ former names of renamed keys (accepted for one release, with a deprecation note)
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+
+
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads `on`/`off` (unquoted, in a preset file) as booleans: back to the words."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+OnOffAuto = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)]
 
 
 class ConfigError(Exception):

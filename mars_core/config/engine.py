@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mars_core.config.base import _Section
+from mars_core.config.base import OnOffAuto, _Section
 from mars_core.privacy.redact import is_secret_name
 
 GiB = 1 << 30
@@ -51,6 +51,10 @@ class VLLMLaunch(_Section):
     ray_gpus: float = Field(1.0, ge=0)
     ray_cpus: float = Field(1.0, ge=0)
     extra_args: list[str] = Field(default_factory=list)  # e.g. ["--tensor-parallel-size", "2"]
+    # vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1, beta): a reply independent of the
+    # requests batched with it; auto: on where this machine has a GPU vLLM 0.32 supports it on
+    # (NVIDIA, compute capability 8.0+), else off with the reason in the log
+    batch_invariant: OnOffAuto = "auto"
     env: dict[str, str] = Field(default_factory=dict)  # e.g. {"CUDA_VISIBLE_DEVICES": "1"}
 
     @field_validator("host")

@@ -17,11 +17,14 @@ from typing import Callable
 
 def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool = True,
                  backend: str = "hf", vllm: Callable[[str], object] | None = None,
-                 chat: bool = False, api_key: str | None = None, int8: bool = False):
+                 chat: bool = False, api_key: str | None = None, int8: bool = False,
+                 batch_invariant: bool = False):
     """The engine that samples from `model` (see the module docstring). `batch_size` is the
     in-process engine's batch (an endpoint gets 8 times as many concurrent requests), `bf16`
     whether it samples under bf16 autocast, `api_key` the bearer key an endpoint gets, `int8`
-    whether the in-process engine runs dynamic int8 linear layers (`rollout.int8`)."""
+    whether the in-process engine runs dynamic int8 linear layers (`rollout.int8`),
+    `batch_invariant` whether its replies are independent of their batch
+    (`mars_core.models.invariant`)."""
     if chat:
         from mars_core.engines.chat import HFChatEngine, OpenAIChatEngine, is_endpoint
 
@@ -29,7 +32,8 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
             url, _, name = model.partition("#")
             return OpenAIChatEngine(url, name or None, api_key=api_key,
                                     max_concurrency=max(batch_size * 8, 1))
-        return HFChatEngine(build_engine(model, batch_size=batch_size, bf16=bf16))
+        return HFChatEngine(build_engine(model, batch_size=batch_size, bf16=bf16,
+                                         batch_invariant=batch_invariant))
     if backend == "vllm":  # (`int8` with vLLM is refused by the config)
         if vllm is None:
             raise ValueError("backend 'vllm' needs the run's vLLM client (vllm=...)")
@@ -39,4 +43,5 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
     from mars_core.engines.hf import HFEngine
 
     return HFEngine.from_path(model, batch_size=batch_size, autocast_bf16=bf16,
-                              share_prefix=share_prefix, int8=int8)
+                              share_prefix=share_prefix, int8=int8,
+                              batch_invariant=batch_invariant and not int8)

@@ -52,8 +52,13 @@ class HFEngine:
     """Batched sampler over a Hugging Face causal LM (see the module docstring)."""
 
     def __init__(self, model, tokenizer, batch_size: int = 32, autocast_bf16: bool = False,
-                 share_prefix: bool = True):
+                 share_prefix: bool = True, batch_invariant: bool = False):
         self.model = model.eval()
+        self.batch_invariant = batch_invariant  # mars_core.models.invariant
+        if batch_invariant:
+            from mars_core.models.invariant import make_batch_invariant
+
+            make_batch_invariant(self.model)
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.autocast_bf16 = autocast_bf16
@@ -74,12 +79,15 @@ class HFEngine:
     @classmethod
     def from_path(cls, path, dtype=torch.float32, batch_size: int = 32,
                   autocast_bf16: bool = False, device: str | None = None,
-                  share_prefix: bool = True, int8: bool = False) -> "HFEngine":
+                  share_prefix: bool = True, int8: bool = False,
+                  batch_invariant: bool = False) -> "HFEngine":
         """Load model and tokenizer from a folder or hub id (see `mars_core.models.weights`), onto
         `device` (default: the GPU where there is one). `int8`: every linear layer as torch's
         dynamic int8 one (weights int8, activations quantized per call: AVX512-VNNI dot
         products where the CPU has them), a CPU-only sampler whose log-probs differ from the
-        exact policy's (`rollout.int8`: the update's importance weight corrects that)."""
+        exact policy's (`rollout.int8`: the update's importance weight corrects that).
+        `batch_invariant`: every row's turn the same whatever else shares its batch
+        (`mars_core.models.invariant`)."""
         from mars_core.models.weights import load_model, load_tokenizer
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -89,7 +97,8 @@ class HFEngine:
                 raise ValueError(f"int8 sampling (rollout.int8) runs on the CPU, not {device}")
             model = quantize_int8(model)
             autocast_bf16 = False  # the int8 layers compute in their own precision
-        return cls(model, load_tokenizer(path), batch_size, autocast_bf16, share_prefix)
+        return cls(model, load_tokenizer(path), batch_size, autocast_bf16, share_prefix,
+                   batch_invariant)
 
     def tokens_per_second(self) -> float:
         """Generated tokens per wall-clock second over all calls so far."""
@@ -111,21 +120,31 @@ class HFEngine:
         # prompts that start alike share a batch (and its prefix pass); else similar lengths
         runnable.sort(key=(lambda i: tuple(prompts[i])) if self.share_prefix
                       else (lambda i: len(prompts[i])))
-        for start in range(0, len(runnable), self.batch_size):
-            idx = runnable[start:start + self.batch_size]
-            done = self._generate_batch([list(prompts[i]) for i in idx], idx, params)
-            for i, completion in zip(idx, done):
-                out[i] = completion
+        groups, prefixes = [runnable], None
+        if self.batch_invariant and self.share_prefix:  # each row's prefix from the row alone
+            from mars_core.models.invariant import first_turn
+
+            prefixes = {i: first_turn(prompts[i], self.eos_ids) for i in runnable}
+            # rows with a prefix and rows without are never batched together
+            groups = [[i for i in runnable if prefixes[i]],
+                      [i for i in runnable if not prefixes[i]]]
+        for group in groups:
+            for start in range(0, len(group), self.batch_size):
+                idx = group[start:start + self.batch_size]
+                lengths = [prefixes[i] for i in idx] if prefixes else None
+                done = self._generate_batch([list(prompts[i]) for i in idx], idx, params, lengths)
+                for i, completion in zip(idx, done):
+                    out[i] = completion
         self.stats["calls"] += 1
         self.stats["prompts"] += len(prompts)
         self.stats["prompt_tokens"] += sum(len(prompts[i]) for i in runnable)
         self.stats["seconds"] += time.perf_counter() - started
         return out  # type: ignore[return-value]
 
-    def _generate_batch(self, prompts, indices, params) -> list[Completion]:
-        """Prefill the batch (left-padded, each shared prefix once), then decode one token at a
-        time with the KV cache. Finished rows are dropped from the batch (and cache) so they
-        cost no more compute."""
+    def _generate_batch(self, prompts, indices, params, prefix_lengths=None) -> list[Completion]:
+        """Prefill the batch (left-padded, each shared prefix once: `prefix_lengths`, or as
+        `batch_forward` plans them), then decode one token at a time with the KV cache. Finished
+        rows are dropped from the batch (and cache) so they cost no more compute."""
         seqs = [_Sequence(self, p, params, _generator(params, i))
                 for p, i in zip(prompts, indices)]
         if params.max_new_tokens <= 0:
@@ -134,7 +153,8 @@ class HFEngine:
         with torch.inference_mode(), self._autocast():
             first = batch_forward(self.model, prompts, self.pad_id, logits_to_keep=1,
                                   use_cache=True, share_prefix=self.share_prefix,
-                                  prefix_cache=self.prefix_cache)
+                                  prefix_cache=self.prefix_cache,
+                                  prefix_lengths=prefix_lengths)
             logits, cache = self._last_logits(first.logits), first.cache
             mask, positions = first.mask, first.positions[:, -1:]
             while True:

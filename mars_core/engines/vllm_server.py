@@ -228,3 +228,42 @@ def last_line(path: Path) -> str:
     except OSError:
         return "(no log)"
     return next((ln for ln in reversed(lines) if ln), "(empty log)")[-300:]
+
+
+INVARIANT_GPUS = ("NVIDIA GPUs of compute capability 8.0 or newer, AMD Instinct gfx90a, gfx942 "
+                  "and gfx950 (vLLM 0.32's batch invariance docs)")
+
+
+def batch_invariant_env(setting: str) -> tuple[dict[str, str], str | None]:
+    """`engine.vllm.launch.batch_invariant` as the servers' environment: ({VLLM_BATCH_INVARIANT:
+    "1"} or {}, the reason it is off where `auto` turned it off). `auto` asks this machine's
+    GPU (the servers the pipeline starts run here, or on nodes like it); `on` sets it whatever
+    the device (vLLM refuses it where it cannot)."""
+    if setting == "off":
+        return {}, None
+    if setting == "on":
+        return {"VLLM_BATCH_INVARIANT": "1"}, None
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}, f"no GPU here; vLLM's batch-invariant mode runs on {INVARIANT_GPUS}"
+    name = torch.cuda.get_device_name(0)
+    if getattr(torch.version, "hip", None):
+        arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "").split(":")[0]
+        supported = arch in ("gfx90a", "gfx942", "gfx950")
+    else:
+        supported = torch.cuda.get_device_capability(0) >= (8, 0)
+    if supported:
+        return {"VLLM_BATCH_INVARIANT": "1"}, None
+    return {}, (f"{name} is not among the devices vLLM's batch-invariant mode runs on "
+                f"({INVARIANT_GPUS})")
+
+
+def server_env(setting: str, env: dict[str, str]) -> dict[str, str]:
+    """The environment the servers the pipeline starts get: `engine.vllm.launch.env` over the
+    batch-invariant setting (`launch.batch_invariant`; where `auto` leaves it off, the reason is
+    printed)."""
+    invariant, why = batch_invariant_env(setting)
+    if why:
+        print(f"engine.vllm.launch.batch_invariant: off ({why})", flush=True)
+    return {**invariant, **env}

@@ -162,7 +162,7 @@ def test_compare_across_seeds_aggregates_logs_once_and_skips_finished_runs(
     the table over seeds, one MLflow parent run with a child per (variant, seed); a rerun after
     one run lost its last stage redoes that stage alone and logs no second comparison."""
     variants = [str(REPO / f"configs/ablations/variants/{v}.yaml") for v in ("mars", "grpo")]
-    argv = ["compare", "--seeds", "0,1", "--bases", str(REPO / "configs/learning/kuhn_ppo.yaml"),
+    argv = ["compare", "--seeds", "0,1", "--bases", str(REPO / "configs/lab/kuhn_ppo.yaml"),
             "--variants", ",".join(variants), "--overlay", str(REPO / "configs/scales/smoke.yaml"),
             "--runs-dir", str(tmp_path), "--n", "2",
             *_tiny(tiny_model_dir, "run.iterations=1", "rollout.episodes_per_iteration=2",

@@ -166,7 +166,7 @@ def test_each_runs_gain_over_its_own_start_is_aggregated_over_seeds():
 @pytest.mark.parametrize("extra, message", [
     (["--seeds", "0,x"], "--seeds takes distinct whole numbers"),
     (["--seeds", "1,1"], "--seeds takes distinct whole numbers"),
-    (["--bases", "configs/learning/kuhn_ppo.yaml"], "--bases goes with --seeds"),
+    (["--bases", "configs/lab/kuhn_ppo.yaml"], "--bases goes with --seeds"),
     (["--seeds", "0", "--games", "kuhn_poker"], "--games does not go with --seeds"),
     (["--seeds", "0", "--set", "evaluation.every=0"], "never evaluates"),
     (["--seeds", "0", "--variants", "configs/ablations/variants/mars.yaml,x/mars.yaml"],

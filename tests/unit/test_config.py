@@ -143,10 +143,12 @@ def test_learning_recipes_load_as_the_readme_describes_them():
     assert not ttt.rollout.opponents and ttt.algorithm.estimator == "mars"  # self-play, MARS
     assert ttt.evaluation.opponents_for("tic_tac_toe") == ("bot:random", "bot:mcts-10")
     assert ttt.evaluation.at_start and ttt.evaluation.games_per_seat >= 400
-    ppo = load_config(root / "kuhn_ppo.yaml")  # the method's update: a trust region that engages
+    ppo = load_config(root.parent / "lab/kuhn_ppo.yaml")  # the method's update: a trust region
     assert ppo.optim.minibatches * ppo.algorithm.ppo_epochs > 1
     assert ppo.algorithm.clip_eps_high > ppo.algorithm.clip_eps and ppo.algorithm.entropy_coef > 0
     assert ppo.evaluation.opponents_for("kuhn_poker") == ("bot:random", "bot:nash")
+    with pytest.warns(FutureWarning, match="configs/lab/kuhn_ppo.yaml"):  # the path before the move
+        assert load_config(root / "kuhn_ppo.yaml") == ppo
 
 
 @pytest.mark.parametrize("former, now, read", [

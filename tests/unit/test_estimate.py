@@ -65,9 +65,9 @@ def test_the_line_comes_from_the_calibration(tmp_path, monkeypatch):
                                                  {k: 4 * v for k, v in ref.items()}))
     assert line.startswith(f"estimate: about {want} to go") and "\n" not in line
     assert "update fp32 0.25x" in line and "play fp32 0.25x" in line
-    kuhn = load_config(REPO / "configs/learning/kuhn_compact.yaml", [])
+    kuhn = load_config(REPO / "configs/lab/kuhn_compact.yaml", [])
     assert estimate.estimate_line(kuhn, tmp_path / "kuhn") is None  # not the measured shape
-    ttt = load_config(REPO / "configs/learning/tic_tac_toe_greedy.yaml", [])  # 256 games, compact
+    ttt = load_config(REPO / "configs/lab/tic_tac_toe_greedy.yaml", [])  # 256 games, compact
     assert estimate.estimate_line(ttt, tmp_path / "ttt") is None
     assert estimate.estimate_line(load_config(REPO / "configs/learning/tic_tac_toe.yaml", []),
                                   tmp_path / "ttt24") is not None  # 24 games, the papers' layout

@@ -58,7 +58,7 @@ class HFEngine:
         if batch_invariant:
             from mars_core.models.invariant import make_batch_invariant
 
-            make_batch_invariant(self.model)
+            make_batch_invariant(self.model, switch=False)  # its attention: in `generate`
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.autocast_bf16 = autocast_bf16
@@ -107,6 +107,14 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt, in input order. Prompts that leave no room for a single
         new token get an empty completion with finish_reason "context_overflow"."""
+        if not self.batch_invariant:
+            return self._generate(prompts, params)
+        from mars_core.models.invariant import invariant_attention
+
+        with invariant_attention(self.model):
+            return self._generate(prompts, params)
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         started = time.perf_counter()
         out: list[Completion | None] = [None] * len(prompts)
         runnable = []

@@ -25,13 +25,16 @@ So batch-invariant mode:
 3. runs a linear layer's one-row product on two rows (the row twice) and keeps the first.
 
 Matrix products on two or more rows, norms, rotary embeddings and the sampling (each row's own
-generator) were already independent of the batch. A model with sliding-window attention is
+generator) were already independent of the batch. The engine (`HFEngine(batch_invariant=True)`)
+switches its model's attention only for its own calls (`invariant_attention`): the format
+warm-up trains the engine's model in place with the plain attention. A model with sliding-window attention is
 refused (the causal pattern above is the full one). What it costs is measured, not assumed
 (`bench/invariance_bench.py`, docs/reliability.md).
 """
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -143,22 +146,36 @@ def unsupported(model) -> str | None:
     return None
 
 
-def make_batch_invariant(model):
-    """Switch `model` (a transformers causal LM, in place) to batch-invariant forward passes
-    (the module docstring): its attention to `row_attention`, its linear layers' one-row
-    products onto two rows. Returns the model. Raises ValueError naming the reason where it
-    cannot (`unsupported`)."""
+def make_batch_invariant(model, switch: bool = True):
+    """Make `model` (a transformers causal LM, in place) ready for batch-invariant forward
+    passes (the module docstring): its linear layers' one-row products onto two rows, and,
+    when `switch`, its attention to `row_attention` for good (else only inside
+    `invariant_attention`: the engine's, so a warm-up training the engine's model in place
+    runs the plain attention and a saved model names no attention of ours). Returns the
+    model. Raises ValueError naming the reason where it cannot (`unsupported`)."""
     why = unsupported(model)
     if why:
         raise ValueError(why)
     register()
-    model.set_attn_implementation(NAME)
+    if switch:
+        model.set_attn_implementation(NAME)
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and not getattr(module, "_mars_invariant", False):
             module.register_forward_pre_hook(_two_rows_in)
             module.register_forward_hook(_first_row_out)
             module._mars_invariant = True
     return model
+
+
+@contextmanager
+def invariant_attention(model):
+    """`model`'s attention is `row_attention` inside the block, what it was after it."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(NAME)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
 
 
 def first_turn(prompt: Sequence[int], end_ids: Collection[int]) -> int:

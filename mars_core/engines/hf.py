@@ -133,6 +133,9 @@ class HFEngine:
             from mars_core.models.invariant import first_turn
 
             prefixes = {i: first_turn(prompts[i], self.eos_ids) for i in runnable}
+            # a batch's rows of one length share their attention calls (the order of rows
+            # changes no reply here: the prefixes come from each row and from the cache)
+            runnable.sort(key=lambda i: (len(prompts[i]) - prefixes[i], len(prompts[i])))
             # rows with a prefix and rows without are never batched together
             groups = [[i for i in runnable if prefixes[i]],
                       [i for i in runnable if not prefixes[i]]]

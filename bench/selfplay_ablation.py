@@ -4,7 +4,8 @@ the evaluations they share, by the policy's exact exploitability and its score a
 
     python bench/selfplay_ablation.py \\
         --arm "self-play=runs/kuhn_selfplay_s0,runs/kuhn_selfplay_s1,runs/kuhn_selfplay_s2" \\
-        --arm "vs bot:random=runs/abl_vs_random_s0,..." --arm "vs bot:nash=runs/abl_vs_nash_s0,..." \\
+        --arm "vs bot:random=runs/abl_vs_random_s0,..." \\
+        --arm "vs bot:nash=runs/abl_vs_nash_s0,..." \\
         [--game kuhn_poker] [--upto 12]
 
 Each run's `learning/learning.json` (written by `bench/learning.py`: `make learn`) holds the

@@ -27,9 +27,9 @@ So batch-invariant mode:
 Matrix products on two or more rows, norms, rotary embeddings and the sampling (each row's own
 generator) were already independent of the batch. The engine (`HFEngine(batch_invariant=True)`)
 switches its model's attention only for its own calls (`invariant_attention`): the format
-warm-up trains the engine's model in place with the plain attention. A model with sliding-window attention is
-refused (the causal pattern above is the full one). What it costs is measured, not assumed
-(`bench/invariance_bench.py`, docs/reliability.md).
+warm-up trains the engine's model in place with the plain attention. A model with
+sliding-window attention is refused (the causal pattern above is the full one). What it costs
+is measured, not assumed (`bench/invariance_bench.py`, docs/reliability.md).
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from mars_core.config.base import ConfigError, OnOffAuto, _Section  # noqa: F401  (re-exported)
+from mars_core.config.base import (ConfigError, OnOffAuto, _Section,  # noqa: F401  (re-exported)
+                                   moved_preset)
 from mars_core.config.cluster import ClusterConfig
 from mars_core.config.engine import EngineConfig
 from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # noqa: F401
@@ -280,22 +281,10 @@ def _yaml_error(p: Path, e: yaml.YAMLError) -> str:
     return f"config file {p}{where}: not valid YAML: " + " ".join(problem.split())
 
 
-def _moved(p: Path) -> Path:
-    """A learning-lab experiment under its path before it moved from configs/learning/ to
-    configs/lab/ (one recipe per game stayed): the new path, with a deprecation note."""
-    lab = p.parent.parent / "lab" / p.name
-    if not p.exists() and p.parent.name == "learning" and lab.is_file():
-        from mars_core.config.base import deprecated
-
-        deprecated(str(p), str(lab), "preset path")
-        return lab
-    return p
-
-
 def read_preset(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     """A YAML preset as a dict. `extends: other.yaml` (relative to the preset's folder) names a
     base preset whose values the file's own values override, key by key (chains allowed)."""
-    p = _moved(Path(path))
+    p = moved_preset(Path(path))
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     if p.resolve() in _seen:

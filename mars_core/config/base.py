@@ -3,6 +3,7 @@ former names of renamed keys (accepted for one release, with a deprecation note)
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
@@ -54,3 +55,13 @@ class _Section(BaseModel):
                 deprecated(old, new)
                 out[new] = out.pop(old)
         return out
+
+
+def moved_preset(p: Path) -> Path:
+    """A learning-lab experiment under its path before it moved from configs/learning/ to
+    configs/lab/ (one recipe per game stayed): the new path, with a deprecation note."""
+    lab = p.parent.parent / "lab" / p.name
+    if not p.exists() and p.parent.name == "learning" and lab.is_file():
+        deprecated(str(p), str(lab), "preset path")
+        return lab
+    return p

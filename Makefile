@@ -73,8 +73,8 @@ demo: setup
 smoke: setup
 	$(VENV)/bin/mars train --config configs/smoke.yaml --run-name $(or $(RUN),smoke)
 
-# The quick strategic check of a policy (POLICY=runs/demo/iter_0003/save_checkpoint, or
-# models:/mars-tic-tac-toe@candidate), logged into the same MLflow store as training.
+# The quick strategic check of a policy (POLICY=runs/demo/iter_0004/save_checkpoint, or
+# models:/mars-demo@candidate), logged into the same MLflow store as training.
 eval-quick: setup
 	mkdir -p runs
 	$(VENV)/bin/mars eval games --policy '$(or $(POLICY),embedded)' \
@@ -105,9 +105,11 @@ test-durations: setup
 	    --record-durations tests/durations.json
 
 # The edit loop: tests/unit alone (no flow runs, servers, clusters or browsers; the slow layers
-# are tests/flows, e2e, faults, cluster, browser), a few minutes on 2 cores.
+# are tests/flows, e2e, faults, cluster, browser) without its files marked `slow` (the GPU
+# check's dry run, DeepSpeed, the validator's 10,000 replies a game, the shared-machine
+# processes: `make test` runs them), under 3 minutes on 2 cores.
 test-unit: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(XDIST) -m 'not slow' tests/unit
 
 # Every sampled engine game by name (issue 62) with the embedded model: 40 OpenSpiel games and
 # 25 TextArena ones, one real model turn each (`make test` plays a slice of them).

@@ -43,37 +43,13 @@ from mars_core.strength.suite import paired_markdown, paired_rows  # noqa: E402
 from mars_core.games.blotto import format_allocation  # noqa: E402
 from mars_core.lab import blotto, coverage, kuhn, tictactoe  # noqa: E402
 from mars_core.rollout.reports import exploitability_plot, learning_curve_plot  # noqa: E402
+from mars_core.strength.curve import (evaluations, exploitability_by_policy,  # noqa: E402
+                                      stage_minutes)
 from mars_core.run.commit import is_done, read_json  # noqa: E402
-from mars_core.run.layout import (EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, iter_dir,  # noqa: E402
-                                  read_episodes, stage_dir)
+from mars_core.run.layout import METRICS_FILE, TRAIN_STEP, read_episodes, stage_dir  # noqa: E402
 from tasks.paths import read_config  # noqa: E402
 from mars_core.run.memory import memory_markdown, memory_peaks  # noqa: E402
 from tasks.tracking import log_artifacts, log_metrics_once  # noqa: E402
-
-
-def stage_minutes(run: Path, upto: int) -> float:
-    """Minutes the run's stages took up to iteration `upto` (the warm-up included, the
-    evaluations left out: they measure, they do not train)."""
-    total = 0.0
-    folders = [run / INIT] + [iter_dir(run, k) for k in range(upto)]
-    for folder in folders:
-        for metrics in folder.glob(f"*/{METRICS_FILE}"):
-            if metrics.parent.name != EVALUATE:
-                total += sum(v for k, v in read_json(metrics).items() if k.startswith("time/"))
-    return total / 60
-
-
-def evaluations(run: Path, iterations: int) -> dict[str, tuple[int, Path]]:
-    """Finished evaluations: label -> (iterations trained, stage folder), start first."""
-    found = {}
-    start = stage_dir(run, INIT, EVALUATE)
-    if is_done(start):
-        found["start"] = (0, start)
-    for k in range(iterations):
-        folder = stage_dir(run, k, EVALUATE)
-        if is_done(folder):
-            found[f"iter {k + 1}"] = (k + 1, folder)
-    return found
 
 
 def verdicts(rows: list[dict], last: str) -> list[str]:
@@ -90,17 +66,6 @@ def verdicts(rows: list[dict], last: str) -> list[str]:
 
 UPDATE_KEYS = ("entropy", "clip_frac", "ratio_mean", "ratio_max", "approx_kl_old", "behaviour_gap",
                "is_weight_mean", "grad_norm", "optimizer_steps", "trust_region_stops")
-
-
-def exploitability_by_policy(found: dict[str, tuple[int, Path]]) -> dict[str, dict[str, dict]]:
-    """label -> game -> the evaluation's exact exploitability figures (`exploitability_<game>
-    .json` beside its episodes: `mars_core.strength.exploitability`), the table left out."""
-    out: dict[str, dict[str, dict]] = {}
-    for label, (_, folder) in found.items():
-        for file in sorted(folder.glob("exploitability_*.json")):
-            r = read_json(file)
-            out.setdefault(label, {})[r["game"]] = {k: v for k, v in r.items() if k != "policy"}
-    return out
 
 
 def exploitability_markdown(exp: dict[str, dict[str, dict]], steps: dict) -> str:

@@ -34,7 +34,8 @@ from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
 from tasks.estimate import estimate_line
-from tasks.strength import compare_start_final, evaluate, evaluation_records, learning_curve
+from tasks.strength import (closing_lines, compare_start_final, evaluate, evaluation_records,
+                            learning_curve)
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
 from tasks.rollout import STOP_PLAY, generate_rollouts
 from tasks.shards import connect, share_config, unshare_config
@@ -95,10 +96,12 @@ def train_flow(config: str = "configs/demo.yaml", run_name: str | None = None,
     done = (f"run {run_dir} complete: model '{cfg.tracking.registered_model}' version "
             f"{result['model_version']} has the alias 'candidate'")
     print(done)
+    closing = closing_lines(run_dir, run_id) if result["strength"] else ""
     if result["strength"]:
         print("strength, start policy vs final policy (normalized return 0-100, 95% intervals; "
               "* = the paired difference clears twice its half-width):\n" + result["strength"])
-    _publish_summary(run_dir, run_id, done, result["strength"])
+        print(closing)
+    _publish_summary(run_dir, run_id, done, result["strength"], closing)
     flush_logs()  # the summary above reaches the Prefect UI before the process exits
     return {"run_dir": run_dir, "mlflow_run_id": run_id, **result}
 
@@ -197,7 +200,7 @@ def _evaluated(run_dir: str, k, metrics: dict, trained: int) -> dict:
     return metrics
 
 
-def _publish_summary(run_dir: str, run_id: str, done: str, strength: str) -> None:
+def _publish_summary(run_dir: str, run_id: str, done: str, strength: str, closing: str) -> None:
     """The learning curve (one row per evaluation) and the run's summary on the flow run."""
     name, store = Path(run_dir).name, tracking_uri(Path(run_dir).parent)
     curve = learning_curve(run_dir)
@@ -205,5 +208,5 @@ def _publish_summary(run_dir: str, run_id: str, done: str, strength: str) -> Non
         publish_table(f"{name}-learning-curve", curve, f"{name}: learning curve (normalized "
                       "return 0-100 per game and opponent, by iterations trained)", store, run_id)
     text = done + (f"\n\nStart policy vs final policy (normalized return, 95% intervals):"
-                   f"\n\n{strength}" if strength else "")
+                   f"\n\n{strength}\n\n{closing}" if strength else "")
     publish_markdown(f"{name}-summary", text, f"{name}: training run", store, run_id)

@@ -14,7 +14,7 @@ from mars_core.run.commit import (PUBLISHED, StageError, fault_point, is_done, r
                                   stage_output, verify_stage, write_json)
 from mars_core.run.layout import (FINAL, METRICS_FILE, PREPARE_POLICY, SAVE_CHECKPOINT,
                                   checkpoint_dir, finished_stages, iteration_of, stage_dir)
-from mars_core.run.memory import PeakRSS
+from mars_core.run.memory import PeakRSS, release_memory
 from mars_core.run.seeds import Stream, stream_seed
 from tasks.tracking import log_artifacts, log_dataset, log_metrics_once
 
@@ -50,6 +50,7 @@ def run_stage(run_dir: Path, k: int | str, stage: str, body: Callable[[Path], di
         with stage_output(final, fault=f"{stage}:{k}") as out:
             with PeakRSS() as peak:
                 metrics = body(out)
+            release_memory()  # what the stage freed, back before the next one starts
             metrics[f"time/{stage}"] = time.perf_counter() - start
             metrics[f"memory/{stage}_peak_rss_gib"] = peak.gib
             write_json(out / METRICS_FILE, metrics)

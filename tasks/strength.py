@@ -13,12 +13,15 @@ from prefect.cache_policies import NO_CACHE
 
 from mars_core.games.catalog import file_name
 from mars_core.games.opponents import check_suite
-from mars_core.run.layout import (EVALUATE, FINAL, INIT, RESULTS_FILE, STRENGTH, STRENGTH_JSON,
-                                  STRENGTH_MD, input_dir, read_episodes, stage_dir, write_episodes)
+from mars_core.run.layout import (EVALUATE, FINAL, INIT, REPLAYS, RESULTS_FILE, STRENGTH,
+                                  STRENGTH_JSON, STRENGTH_MD, input_dir, read_episodes, stage_dir,
+                                  write_episodes)
 from mars_core.rollout.reports import transcript
 from mars_core.rollout.play import RolloutStats, play_episodes
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import is_done, read_json, write_json
+from mars_core.strength.curve import (EXPLOITABILITY_PNG, LEARNING_CURVE_PNG, draw_curves,
+                                      exploitability_words)
 from mars_core.strength.suite import (paired_markdown, paired_rows, suite_records,
                                       suite_specs)
 from mars_core.vocab import POLICY
@@ -154,7 +157,8 @@ def evaluation_records(run_dir: str, k: int | str) -> list[dict]:
 
 def learning_curve(run_dir: str) -> list[dict]:
     """One row per finished evaluation: iterations trained, then each game and opponent's
-    normalized return (mean over seats, 0-100)."""
+    normalized return (mean over seats, 0-100), and each game's exact exploitability where it
+    was read."""
     cfg = read_config(Path(run_dir))
     points = [(INIT, 0)] + [(k, k + 1) for k in range(cfg.run.iterations)]
     rows = []
@@ -164,7 +168,10 @@ def learning_curve(run_dir: str) -> list[dict]:
         by: dict[str, list[float]] = {}
         for r in evaluation_records(run_dir, k):
             by.setdefault(f"{r['game']} vs {r['opponent']}", []).append(r["normalized_return"])
-        rows.append({"iterations": trained, **{c: sum(v) / len(v) for c, v in by.items()}})
+        read = sorted(stage_dir(run_dir, k, EVALUATE).glob("exploitability_*.json"))
+        exact = {f"{r['game']} exploitability": r["exploitability"] for r in map(read_json, read)}
+        rows.append({"iterations": trained, **{c: sum(v) / len(v) for c, v in by.items()},
+                     **exact})
     return rows
 
 
@@ -184,6 +191,7 @@ def compare_start_final(run_dir: str) -> str:
                              "start")
         write_json(out / STRENGTH_JSON, rows)
         (out / STRENGTH_MD).write_text(paired_markdown(rows, "start"))
+        draw_curves(Path(run_dir), cfg.run.iterations, out)  # the pictures beside the table
         start = {(r["game"], r["opponent"]): r for r in rows if r["policy"] == "start"}
         metrics = {}
         for r in (r for r in rows if r["policy"] == "final"):
@@ -194,5 +202,30 @@ def compare_start_final(run_dir: str) -> str:
         return metrics
 
     run_stage(run_dir, FINAL, STRENGTH, body, step=cfg.run.iterations,
-              artifacts=(STRENGTH_JSON, STRENGTH_MD), artifact_path=STRENGTH)
+              artifacts=(STRENGTH_JSON, STRENGTH_MD, LEARNING_CURVE_PNG, EXPLOITABILITY_PNG),
+              artifact_path=STRENGTH)
     return (stage_dir(run_dir, FINAL, STRENGTH) / STRENGTH_MD).read_text()
+
+
+def closing_lines(run_dir: str, mlflow_run_id: str) -> str:
+    """What a finished run says last, in words: how each game's exploitability moved (where it
+    was read), where the curve and the games are, and what to run next."""
+    run = Path(run_dir)
+    cfg = read_config(run)
+    trained_by = {g: "self-play" if cfg.rollout.opponents.get(g, "self") == "self"
+                  else f"play against {cfg.rollout.opponents[g]}" for g in cfg.rollout.games}
+    lines = exploitability_words(run, cfg.run.iterations, trained_by)
+    strength = stage_dir(run, FINAL, STRENGTH)
+    pictures = [strength / f for f in (EXPLOITABILITY_PNG, LEARNING_CURVE_PNG)
+                if (strength / f).is_file()]
+    if pictures:
+        lines.append("the curve: " + ", ".join(map(str, pictures)) + f" (MLflow run "
+                     f"{mlflow_run_id}, artifacts `{STRENGTH}/`; `make mlflow-ui` opens it)")
+    last = cfg.run.iterations - 1
+    replays = stage_dir(run, last, REPLAYS) / "index.html"
+    if replays.is_file():
+        lines.append(f"the games, turn by turn: {replays}")
+    lines.append("next: `make learn` trains a full recipe and reports it (docs/learning/); "
+                 "`mars eval games --policy models:/"
+                 f"{cfg.tracking.registered_model}@candidate` measures this model again")
+    return "\n".join(lines)

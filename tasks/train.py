@@ -20,6 +20,7 @@ from mars_core.run.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FI
                                   SAVE_CHECKPOINT, TRAIN_STEP, checkpoint_dir, final_model_dir,
                                   input_dir, stage_dir)
 from mars_core.models.weights import load_model, load_tokenizer, resolve_model
+from mars_core.run.memory import release_memory
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import MARKER, PUBLISHED, read_json, write_json
 from mars_core.training.trainer import (TorchUpdater, enable_gradient_checkpointing, load_samples,
@@ -89,10 +90,14 @@ def prepare_policy(run_dir: str) -> dict:
             return metrics
         model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
-        losses = sft_steps(model, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
+        trained = lora.attach(model, w.lora) if w.lora.rank else model
+        losses = sft_steps(trained, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                            pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg, "update"),
                            share_prefix=cfg.model.share_prefix,
                            micro_batch_size=w.micro_batch_size)
+        if w.lora.rank:  # the adapter merged into the engine's own weights (in place)
+            model = trained.merge_and_unload()
+        release_memory()  # the warm-up's freed activations and optimizer state go back
         if w.probe_games:
             metrics["warmup/invalid_rate_after"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed + 1)
         save_model(out / MODEL_DIR, model, tok)

@@ -24,14 +24,13 @@ from mars_core.config.play import (OpponentStage, PlayConfig, RolloutConfig,  # 
                                    SamplingOverride)
 from mars_core.config.rewards import OUTCOMES, In2AIRewards, RewardsConfig  # noqa: F401
 from mars_core.config.train import (TRAJECTORY_ESTIMATORS, VALUE_LABELLED,  # noqa: F401
-                                    AlgorithmConfig, BatchingConfig, OptimConfig, TrainerConfig)
+                                    AlgorithmConfig, BatchingConfig, OptimConfig, TrainerConfig,
+                                    WarmupConfig)
 from mars_core.games.catalog import NASH_GAMES, check_game, check_prompt
 from mars_core.games.opponents import (MARS_OPPONENTS, check_opponent, check_suite,
                                        default_opponents, is_bot)
 from mars_core.privacy.redact import redact
 from mars_core.vocab import POLICY
-
-
 
 
 class RunConfig(_Section):
@@ -50,24 +49,6 @@ class ModelConfig(_Section):
     # batch, shard or engine batch size (mars_core.models.invariant; docs/reliability.md
     # "What reproduces"); auto: on where it samples in bf16 (fp32 replies keep their tokens)
     batch_invariant: OnOffAuto = "auto"
-
-
-class WarmupConfig(_Section):
-    """Supervised warm-up on `<answer>{a bot's action}</answer>` replies: the format warm-up
-    (the random bot), or a warm start from demonstrations (a stronger bot)."""
-
-    steps: int = Field(0, ge=0)  # 0 disables it
-    # whose play the examples answer with, both seats of its self-play games: bot:random (the
-    # format warm-up: any legal action) or a bot that plays well, e.g. bot:mcts-100 in
-    # Tic-Tac-Toe or bot:nash in Kuhn Poker (a warm start from demonstrations: it teaches
-    # strategy, so report its runs apart from RL alone; the evaluation at the start measures it)
-    demonstrator: str = "bot:random"
-    batch_size: int = Field(8, ge=1)
-    # examples per forward pass (gradient accumulation: the same step, the peak memory of one
-    # micro-batch; a full fine-tune on 900-token prompts holds ~2 GB of activations per example)
-    micro_batch_size: int = Field(2, ge=1)
-    lr: float = Field(3e-5, gt=0)
-    probe_games: int = Field(8, ge=0)  # self-play games to measure the invalid rate before/after
 
 
 class EvaluationConfig(_Section):

@@ -1,5 +1,6 @@
 """Config sections of the training algorithm: advantage estimator and loss (`algorithm`),
-the episodes bank and batch builder (`batching`), and the optimiser (`optim`).
+the episodes bank and batch builder (`batching`), the optimiser (`optim`), the trainer
+(`trainer`) and the supervised warm-up before RL (`warmup`).
 SPEC sections 3 to 5; every field is read by `mars_core/advantages/estimators.py` (the estimator's
 options), `tasks/batching.py` or `mars_core/training/trainer.py`."""
 from __future__ import annotations
@@ -258,3 +259,25 @@ class TrainerConfig(_Section):
             raise ValueError("trainer.lora needs trainer.backend: torch (the DeepSpeed backend "
                              "trains every weight)")
         return self
+
+
+class WarmupConfig(_Section):
+    """Supervised warm-up on `<answer>{a bot's action}</answer>` replies: the format warm-up
+    (the random bot), or a warm start from demonstrations (a stronger bot)."""
+
+    steps: int = Field(0, ge=0)  # 0 disables it
+    # whose play the examples answer with, both seats of its self-play games: bot:random (the
+    # format warm-up: any legal action) or a bot that plays well, e.g. bot:mcts-100 in
+    # Tic-Tac-Toe or bot:nash in Kuhn Poker (a warm start from demonstrations: it teaches
+    # strategy, so report its runs apart from RL alone; the evaluation at the start measures it)
+    demonstrator: str = "bot:random"
+    batch_size: int = Field(8, ge=1)
+    # examples per forward pass (gradient accumulation: the same step, the peak memory of one
+    # micro-batch; a full fine-tune on 900-token prompts holds ~2 GB of activations per example)
+    micro_batch_size: int = Field(2, ge=1)
+    lr: float = Field(3e-5, gt=0)
+    probe_games: int = Field(8, ge=0)  # self-play games to measure the invalid rate before/after
+    # rank > 0: train a LoRA adapter and merge it into the saved start policy, instead of every
+    # weight: no gradients or optimizer state for the model's 135M weights (the demo's warm-up
+    # peak 3.7 -> 2.3 GiB, docs/performance.md); it takes a larger lr (the demo: 1e-3)
+    lora: LoraConfig = LoraConfig()

@@ -35,6 +35,12 @@ def test_run_ends_with_start_and_final_strength(tmp_path, prefect_api, tiny_mode
     printed = caplog.text  # the flow prints (log_prints): the table ends the run's output
     assert "start policy vs final policy" in printed
     assert "| final | tic_tac_toe | bot:mcts-5 | 6 |" in printed
+    # then in words: where the curve and the games are, what to run next (no exploitability:
+    # Tic-Tac-Toe has none to read)
+    picture = stage_dir(run, FINAL, STRENGTH) / "learning_curve.png"
+    assert picture.read_bytes()[:4] == b"\x89PNG" and f"the curve: {picture}" in printed
+    assert "the games, turn by turn:" in printed and "next: `make learn`" in printed
+    assert "exploitability" not in printed.split("the curve:")[0].split("bot:mcts-5 | 6 |")[-1]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("mars-smoke")
     parent, = [r for r in client.search_runs([exp.experiment_id])
@@ -48,6 +54,8 @@ def test_run_ends_with_start_and_final_strength(tmp_path, prefect_api, tiny_mode
     assert parent.data.tags["mars.base_model"] == str(tiny_model_dir)
     assert len(parent.data.tags["mlflow.source.git.commit"]) == 40
     inputs = {(d.dataset.name, d.tags[0].value) for d in parent.inputs.dataset_inputs}
+    strength_files = {a.path for a in client.list_artifacts(parent.info.run_id, STRENGTH)}
+    assert f"{STRENGTH}/learning_curve.png" in strength_files
     assert inputs == {("s/iter_0000/episodes", GENERATE_ROLLOUTS),
                       ("s/iter_0000/turns", GENERATE_ROLLOUTS)}
     _check_prefect_artifacts(tmp_path, parent.info.run_id)

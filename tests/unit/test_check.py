@@ -41,12 +41,13 @@ def test_a_valid_preset_prints_its_plan_and_writes_nothing(empty_cwd, capsys):
     iteration = next(line for line in out.splitlines() if "iteration" in line and "->" in line)
     assert iteration.startswith("  iterations 1-4 (iter_0000 .. iter_0003): ")
     assert iteration.split(": ", 1)[1].split(" -> ")[:-1] == list(layout.ITERATION_STAGES[:-1])
-    assert iteration.split(" -> ")[-1].startswith(f"{layout.EVALUATE} (after iteration 4)")
-    assert "games: tic_tac_toe" in out and "  tic_tac_toe: bot:mcts-10" in out
-    # 4 iterations x 8 games; the start policy and after iteration 4: 10 games x 2 seats each
-    assert "per iteration: 8 training games (tic_tac_toe 8)" in out
-    assert "evaluations: 2 (the start policy, after iteration 4), 20 games each" in out
-    assert "in all: 32 training games, 40 evaluation games; 12 warm-up steps, 8 probe games" in out
+    assert iteration.split(" -> ")[-1].startswith(f"{layout.EVALUATE} (after iterations 1, 2, ")
+    assert "games: kuhn_poker" in out and "  kuhn_poker: bot:random" in out
+    # 4 iterations x 64 self-play games; the start policy and after each iteration: 30 x 2 seats
+    assert "  kuhn_poker: self" in out and "per iteration: 64 training games (kuhn_poker 64)" in out
+    assert "evaluations: 5 (the start policy, after iterations 1, 2, 3, 4), 60 games each" in out
+    assert ("in all: 256 training games, 300 evaluation games; 12 warm-up steps, 16 probe games"
+            in out)
 
 
 def test_overlays_and_overrides_are_resolved_into_the_plan(empty_cwd, capsys):
@@ -102,8 +103,8 @@ BAD = [  # (args, text of the one line)
     (["configs/demo.yaml", "--set", "rollout.temprature=0.9"],
      "unknown config key 'rollout.temprature'"),
     (["configs/demo.yaml", "--set", "rollout.games=[chess]"], "unknown game 'chess'"),
-    (["configs/demo.yaml", "--set", "evaluation.opponents={tic_tac_toe: bot:nash}"],
-     "does not fit tic_tac_toe"),
+    (["configs/demo.yaml", "--set", "evaluation.opponents={kuhn_poker: bot:mcts-5}"],
+     "does not fit kuhn_poker"),
     (["configs/demo.yaml", "--set", "model.path=/no/such/model"], "model path does not exist"),
     (["configs/demo.yaml", "--overlay", "configs/nope.yaml"], "config file not found"),
     (["configs/demo.yaml", "--run-name", "../x"], "--run-name '../x'"),

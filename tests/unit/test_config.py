@@ -5,9 +5,11 @@ from tests.conftest import REPO
 
 
 def test_presets_load():
-    for name in ("smoke", "demo"):
-        cfg = load_config(REPO / "configs" / f"{name}.yaml")
-        assert cfg.rollout.games == ("tic_tac_toe",)
+    assert load_config(REPO / "configs/smoke.yaml").rollout.games == ("tic_tac_toe",)
+    demo = load_config(REPO / "configs/demo.yaml")  # Kuhn Poker by self-play, LoRA throughout
+    assert demo.rollout.games == ("kuhn_poker",)
+    assert demo.rollout.opponents == {"kuhn_poker": "self"}
+    assert demo.warmup.lora.rank == demo.trainer.lora.rank == 16
 
 
 def test_overrides_are_typed():

@@ -17,6 +17,8 @@ import torch
 from mars_core.training import deepspeed_backend as ds
 from mars_core.config import OptimConfig, TrainerConfig
 
+pytestmark = pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out
+
 
 def _trainer(**deepspeed) -> TrainerConfig:
     return TrainerConfig(backend="deepspeed", deepspeed=deepspeed)

@@ -11,7 +11,8 @@ from mars_core.run.layout import EVALUATE, INIT, PREPARE_POLICY, SAVE_CHECKPOINT
 from tasks import estimate
 from tests.conftest import REPO
 
-DEMO = REPO / "configs/demo.yaml"
+DEMO = REPO / "configs/demo.yaml"  # Kuhn Poker by self-play, 5 iterations of 64 games
+TTT = REPO / "configs/learning/tic_tac_toe.yaml"  # the papers' layout, 24 games an iteration
 
 
 def _finish(folder):
@@ -19,26 +20,43 @@ def _finish(folder):
     (folder / MARKER).write_text("{}")
 
 
-def test_a_fresh_demo_has_all_its_work_left(tmp_path):
+def test_a_fresh_demo_has_all_its_work_left(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))  # a first run: converts
     cfg = load_config(DEMO, [])
     work = estimate.remaining_work(cfg, tmp_path / "demo")
-    assert work == {"warmup_example": 12 * 8, "probe_game": 8, "eval_game": 2 * 20,
-                    "rollout_game": 4 * 8, "update_game": 4 * 8}
+    assert work == {"conversion": 1, "start": 1, "warmup_example": 12 * 8, "probe_game": 16,
+                    "eval_game": 5 * 60, "exploitability_read": 5, "rollout_game": 4 * 64,
+                    "update_game": 4 * 64, "update_epoch": 4 * 6, "iteration_stages": 4}
+    ttt = estimate.remaining_work(load_config(TTT, []), tmp_path / "ttt")
+    assert ttt["eval_game"] == 3 * 2 * 2 * 400 and ttt["exploitability_read"] == 0
 
 
-def test_what_is_finished_is_not_counted_again(tmp_path):
+def test_what_is_finished_is_not_counted_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
     cfg = load_config(DEMO, [])
     run = tmp_path / "demo"
     for folder in (stage_dir(run, INIT, PREPARE_POLICY), stage_dir(run, INIT, EVALUATE),
-                   stage_dir(run, 0, SAVE_CHECKPOINT), stage_dir(run, 1, SAVE_CHECKPOINT)):
+                   stage_dir(run, 0, SAVE_CHECKPOINT), stage_dir(run, 0, EVALUATE),
+                   stage_dir(run, 1, SAVE_CHECKPOINT), stage_dir(run, 1, EVALUATE)):
         _finish(folder)
     assert estimate.remaining_work(cfg, run) == {
-        "warmup_example": 0, "probe_game": 0, "eval_game": 20, "rollout_game": 16,
-        "update_game": 16}
+        "conversion": 0, "start": 1, "warmup_example": 0, "probe_game": 0, "eval_game": 120,
+        "exploitability_read": 2, "rollout_game": 128, "update_game": 128, "update_epoch": 12,
+        "iteration_stages": 2}
     for k in (2, 3):
         _finish(stage_dir(run, k, SAVE_CHECKPOINT))
-    _finish(stage_dir(run, 3, EVALUATE))
+        _finish(stage_dir(run, k, EVALUATE))
     assert not any(estimate.remaining_work(cfg, run).values())
+
+
+def test_each_shape_prices_its_own_work():
+    """Tic-Tac-Toe's update is priced per game, Kuhn Poker's mirror update per pass over its
+    rows: the other kind costs nothing there."""
+    tic, kuhn = estimate.REFERENCES["tic_tac_toe"], estimate.REFERENCES["kuhn_poker"]
+    assert estimate.estimate_s({"update_epoch": 5}, tic["block_s"], tic) == 0
+    assert estimate.estimate_s({"update_game": 5}, kuhn["block_s"], kuhn) == 0
+    assert estimate.estimate_s({"update_epoch": 5}, kuhn["block_s"], kuhn) == pytest.approx(
+        5 * kuhn["update_epoch"])
 
 
 def test_the_estimate_scales_with_the_measured_block_times():
@@ -59,18 +77,23 @@ def test_the_line_comes_from_the_calibration(tmp_path, monkeypatch):
     # an AVX2-only CPU: bf16 5x slower than fp32, fp32 4x slower than the reference
     monkeypatch.setattr(precision, "calibration", lambda phase: precision.Calibration(
         phase, fp32_s=4 * ref[phase], bf16_s=20 * ref[phase]))
-    cfg = load_config(DEMO, [])
-    line = estimate.estimate_line(cfg, tmp_path / "demo")
-    want = estimate.duration(estimate.estimate_s(estimate.remaining_work(cfg, tmp_path / "demo"),
+    cfg = load_config(TTT, [])
+    line = estimate.estimate_line(cfg, tmp_path / "ttt")
+    want = estimate.duration(estimate.estimate_s(estimate.remaining_work(cfg, tmp_path / "ttt"),
                                                  {k: 4 * v for k, v in ref.items()}))
     assert line.startswith(f"estimate: about {want} to go") and "\n" not in line
     assert "update fp32 0.25x" in line and "play fp32 0.25x" in line
-    kuhn = load_config(REPO / "configs/lab/kuhn_compact.yaml", [])
-    assert estimate.estimate_line(kuhn, tmp_path / "kuhn") is None  # not the measured shape
+    demo = load_config(DEMO, [])
+    kuhn = estimate.REFERENCES["kuhn_poker"]
+    want = estimate.duration(estimate.estimate_s(estimate.remaining_work(demo, tmp_path / "d"),
+                                                 {k: 4 * v for k, v in ref.items()}, kuhn))
+    assert estimate.estimate_line(demo, tmp_path / "d").startswith(f"estimate: about {want} to go")
+    big = load_config(REPO / "configs/learning/kuhn_selfplay.yaml", [])  # 256 games: not measured
+    assert estimate.estimate_line(big, tmp_path / "kuhn") is None
     ttt = load_config(REPO / "configs/lab/tic_tac_toe_greedy.yaml", [])  # 256 games, compact
-    assert estimate.estimate_line(ttt, tmp_path / "ttt") is None
-    assert estimate.estimate_line(load_config(REPO / "configs/learning/tic_tac_toe.yaml", []),
-                                  tmp_path / "ttt24") is not None  # 24 games, the papers' layout
+    assert estimate.estimate_line(ttt, tmp_path / "ttt256") is None
+    assert estimate.estimate_line(load_config(REPO / "configs/lab/kuhn_compact.yaml", []),
+                                  tmp_path / "kc") is None  # Kuhn without the mirror update
     monkeypatch.setenv("MARS_BF16_AUTO", "off")  # the test suite's setting: nothing measured
     assert estimate.estimate_line(cfg, tmp_path / "demo") is None
 

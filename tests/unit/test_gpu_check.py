@@ -13,6 +13,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_check.py"
 STEPS = ["tests", "matmul", "ppo_update", "generate", "behaviour_gap", "iteration", "deepspeed"]

@@ -16,6 +16,8 @@ import pytest
 from mars_core.run import threads
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out
+
 OURS = ("OMP_WAIT_POLICY", threads.PREFECT_STARTUP_TIMEOUT)
 # a child process of a process that started as the `mars` command does (cli.main imported first)
 SHOW = "import os; print(*(os.environ.get(k) for k in {keys!r}))"

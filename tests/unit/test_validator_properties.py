@@ -13,6 +13,8 @@ from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, format_answer
 from mars_core.games.registry import GAMES, make_game
 from mars_core.rollout.validator import validate
 
+pytestmark = pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out
+
 REPLIES_PER_EXAMPLE = 10  # 1,000 examples x 10 replies = 10,000 replies per game
 EXAMPLES_PER_GAME = 1_000
 STATES_PER_GAME = 60

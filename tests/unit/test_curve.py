@@ -1,0 +1,62 @@
+"""A run's curve read from its finished evaluations (mars_core/strength/curve.py): the
+exploitability sentence a finished run ends with, the pictures, the minutes of training."""
+from __future__ import annotations
+
+import json
+
+from mars_core.run.commit import MARKER
+from mars_core.run.layout import EVALUATE, INIT, METRICS_FILE, TRAIN_STEP, stage_dir, write_episodes
+from mars_core.strength import curve
+from mars_core.types import Episode
+
+
+def _evaluation(run, k, exploitability, returns):
+    folder = stage_dir(run, k, EVALUATE)
+    folder.mkdir(parents=True)
+    eps = [Episode(episode_id=f"e{i}", game="kuhn_poker", seed=i,
+                   agents=("policy", "bot:random") if i % 2 == 0 else ("bot:random", "policy"),
+                   returns=(r, -r) if i % 2 == 0 else (-r, r),
+                   outcomes=("win", "loss") if r > 0 else ("loss", "win")) for i, r in
+           enumerate(returns)]
+    write_episodes(folder, eps)
+    (folder / "exploitability_kuhn_poker.json").write_text(json.dumps(
+        {"game": "kuhn_poker", "exploitability": exploitability, "policy": {"0": [0.5, 0.5]}}))
+    (folder / MARKER).write_text("{}")
+
+
+def _run(tmp_path):
+    run = tmp_path / "demo"
+    _evaluation(run, INIT, 0.42, [1, -1, 2, 1])
+    _evaluation(run, 0, 0.30, [1, 1, -1, 1])
+    _evaluation(run, 1, 0.19, [2, 1, 1, -1])
+    for k, s in ((INIT, 60.0), (0, 30.0), (1, 30.0)):
+        folder = stage_dir(run, k, TRAIN_STEP)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / METRICS_FILE).write_text(json.dumps({f"time/{TRAIN_STEP}": s}))
+    return run
+
+
+def test_the_exploitability_sentence_names_both_ends_and_how_it_was_trained(tmp_path):
+    run = _run(tmp_path)
+    line, = curve.exploitability_words(run, 2, {"kuhn_poker": "self-play"})
+    assert line.startswith("kuhn_poker: exploitability 0.420 -> 0.190 after 2 iterations of "
+                           "self-play (down 55%; exact")
+    assert "uniform play 0.458" in line
+    assert curve.exploitability_words(run, 2, {}) and "of training" in curve.exploitability_words(
+        run, 2, {})[0]
+
+
+def test_nothing_to_say_before_two_readings(tmp_path):
+    run = tmp_path / "demo"
+    _evaluation(run, INIT, 0.42, [1, -1])
+    assert curve.exploitability_words(run, 2, {"kuhn_poker": "self-play"}) == []
+    assert curve.draw_curves(run, 2, tmp_path) == []
+
+
+def test_the_pictures_are_drawn_and_the_minutes_count_training_only(tmp_path):
+    run = _run(tmp_path)
+    assert curve.stage_minutes(run, 0) == 1.0 and curve.stage_minutes(run, 2) == 2.0
+    drawn = curve.draw_curves(run, 2, tmp_path)
+    assert drawn == [curve.LEARNING_CURVE_PNG, curve.EXPLOITABILITY_PNG]
+    for name in drawn:
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"

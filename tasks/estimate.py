@@ -4,7 +4,7 @@ update and for play, in fp32 and in bf16).
 
 A run's work is counted in units of each kind: warm-up examples (update), the warm-up's probe
 games, the evaluations' games and exploitability readings (play), each iteration's games
-(play) and its update (update: per game or per iteration). The seconds a unit took were
+(play) and its update (update: per game, or per pass over its rows). The seconds a unit took were
 measured once per shape, on the reference machine of `REFERENCES`, together with that
 machine's block times; here each kind of work is scaled by this machine's block time for the
 precision the run uses over the reference's. So a CPU whose calibration is 5x slower gets an

@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-durations test-unit test-games docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-full test-durations test-unit test-games docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -97,6 +97,13 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 $(XDIST)
+
+# `make test` and the heavier variants it leaves out (tests marked `full`: the cluster's other
+# sharded runs, every reasoning benchmark, 10,000 replies a game to the validator), the whole
+# fault-injection suite and every engine game: over an hour on 2 cores.
+test-full: setup
+	MARS_TEST_FULL=1 MARS_FAULTS_FULL=1 MARS_FUZZ_N=10000 MARS_ALL_GAMES=1 \
+	    $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(XDIST)
 
 # The same run, rewriting tests/durations.json (each file's seconds: the workers take the long
 # files first). Run it alone after adding a slow test file, and commit the file.

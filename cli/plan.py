@@ -124,6 +124,18 @@ def reproducible_line(backend: str, bf16_setting: str, invariant_setting: str) -
     return f"reproducible: {statement(backend, bf16, wanted(invariant_setting, bf16))}"
 
 
+# algorithm.train_actions in words: what the update trains on (mars_core/config/train.py)
+UPDATES = {
+    "sampled": "update: the sampled answers by their advantages (policy gradient)",
+    "all": "update: every answer seen in a state, by its mean advantage there",
+    "greedy": "update: the best measured answer as a label (train_actions: greedy)",
+    "best_valued": "update: the best answer by Monte-Carlo values as a label",
+    "sampled_and_best": "update: the sampled answers and the best valued one",
+    "mirror": "update: Magnetic Mirror Descent (train_actions: mirror; each visited state's "
+              "answers fitted to the closed-form target)",
+}
+
+
 def training_plan(cfg) -> list[str]:
     n, r, e, w = cfg.run.iterations, cfg.rollout, cfg.evaluation, cfg.warmup
     evaluated = evaluated_after(n, e.every)
@@ -137,8 +149,9 @@ def training_plan(cfg) -> list[str]:
              f"evaluation opponents ({e.games_per_seat} games per game x opponent x seat):",
              *(f"  {g}: {', '.join(o)}{' (held out: never trained on)' if g in e.held_out else ''}"
                for g, o in suite.items()),
-             f"algorithm: estimator {cfg.algorithm.estimator}, batching.unit "
-             f"{cfg.batching.unit}; engine: {cfg.engine.backend}",
+             f"algorithm: estimator {cfg.algorithm.estimator}, "
+             f"{UPDATES[cfg.algorithm.train_actions]}, batching.unit {cfg.batching.unit}; "
+             f"engine: {cfg.engine.backend}",
              *_stage_lines(cfg, evaluated),
              f"per iteration: {r.episodes_per_iteration} training games ({_per_game(cfg)})"]
     if evaluations:

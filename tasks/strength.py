@@ -21,7 +21,7 @@ from mars_core.rollout.play import RolloutStats, play_episodes
 from mars_core.run.seeds import Stream
 from mars_core.run.commit import is_done, read_json, write_json
 from mars_core.strength.curve import (EXPLOITABILITY_PNG, LEARNING_CURVE_PNG, draw_curves,
-                                      exploitability_words)
+                                      exploitability_by_policy, exploitability_words)
 from mars_core.strength.suite import (paired_markdown, paired_rows, suite_records,
                                       suite_specs)
 from mars_core.vocab import POLICY
@@ -168,8 +168,8 @@ def learning_curve(run_dir: str) -> list[dict]:
         by: dict[str, list[float]] = {}
         for r in evaluation_records(run_dir, k):
             by.setdefault(f"{r['game']} vs {r['opponent']}", []).append(r["normalized_return"])
-        read = sorted(stage_dir(run_dir, k, EVALUATE).glob("exploitability_*.json"))
-        exact = {f"{r['game']} exploitability": r["exploitability"] for r in map(read_json, read)}
+        read = exploitability_by_policy({"": (k, stage_dir(run_dir, k, EVALUATE))}).get("", {})
+        exact = {f"{g} exploitability": r["exploitability"] for g, r in read.items()}
         rows.append({"iterations": trained, **{c: sum(v) / len(v) for c, v in by.items()},
                      **exact})
     return rows
@@ -207,13 +207,20 @@ def compare_start_final(run_dir: str) -> str:
     return (stage_dir(run_dir, FINAL, STRENGTH) / STRENGTH_MD).read_text()
 
 
+def trained_against(pool: list[tuple[str, float]]) -> str:
+    """A game's last opponent pool in words: "self-play", "play against bot:random", or a
+    curriculum's mix ("self-play and play against bot:random")."""
+    names = ["self-play" if o == "self" else f"play against {o}" for o, _ in pool]
+    return " and ".join(dict.fromkeys(names)) or "self-play"
+
+
 def closing_lines(run_dir: str, mlflow_run_id: str) -> str:
     """What a finished run says last, in words: how each game's exploitability moved (where it
     was read), where the curve and the games are, and what to run next."""
     run = Path(run_dir)
     cfg = read_config(run)
-    trained_by = {g: "self-play" if cfg.rollout.opponents.get(g, "self") == "self"
-                  else f"play against {cfg.rollout.opponents[g]}" for g in cfg.rollout.games}
+    trained_by = {g: trained_against(cfg.rollout.opponent_pool(g, cfg.run.iterations - 1))
+                  for g in cfg.rollout.games}
     lines = exploitability_words(run, cfg.run.iterations, trained_by)
     strength = stage_dir(run, FINAL, STRENGTH)
     pictures = [strength / f for f in (EXPLOITABILITY_PNG, LEARNING_CURVE_PNG)

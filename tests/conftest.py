@@ -165,15 +165,27 @@ def pytest_sessionfinish(session):
         Path(path).write_text(json.dumps({k: round(v, 1) for k, v in ordered}, indent=0) + "\n")
 
 
+# `make test-full` (MARS_TEST_FULL=1): the tests marked `full` too, the heavier variants of what
+# `make test` already covers (a second cluster configuration, every benchmark, ...)
+FULL = os.environ.get("MARS_TEST_FULL") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` run on a CUDA machine (`pytest -m gpu` there) and skip elsewhere.
     Tests marked `benchmarks(...)` read the benchmark files, which live outside the repository:
     without them they skip, the reason naming the files, the folder and where to get them
-    (`tests/benchmark_files.py`)."""
+    (`tests/benchmark_files.py`). Tests marked `full` skip unless MARS_TEST_FULL=1 (`make
+    test-full`), the reason naming what runs them."""
     import torch
 
     from tests.benchmark_files import missing_benchmarks
 
+    if not FULL:
+        heavy = pytest.mark.skip(reason="a heavier variant of what `make test` covers: "
+                                        "`make test-full` runs it")
+        for item in items:
+            if "full" in item.keywords:
+                item.add_marker(heavy)
     reasons: dict[tuple[str, ...], str | None] = {}
     for item in items:
         for mark in item.iter_markers("benchmarks"):

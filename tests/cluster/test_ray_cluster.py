@@ -1,7 +1,8 @@
 """A Ray cluster of two nodes on this machine (`ray start --head` plus `ray start --address`,
 each node with one CPU), started and stopped here: the smoke preset's rollouts, a quick
 strategic evaluation and a reasoning-benchmark evaluation, sharded over it as Prefect tasks,
-equal the single-process results."""
+equal the single-process results. `make test` runs the sharded rollouts (with the evaluation's
+shards) and the bf16 case; `make test-full` the rest (marked `full`)."""
 from __future__ import annotations
 
 import json
@@ -102,6 +103,7 @@ def test_bf16_rollouts_of_the_embedded_model_equal_one_process(tmp_path, embedde
         assert f.read_bytes() == twin.read_bytes(), f.name
 
 
+@pytest.mark.full  # `make test` shards rollouts and evaluation in the first test
 def test_sharded_strategic_evaluation_equals_one_process(tmp_path, tiny_model_dir, prefect_api,
                                                          ray_cluster):
     def evaluate(out: Path, *extra: str) -> list[dict]:
@@ -120,6 +122,7 @@ def test_sharded_strategic_evaluation_equals_one_process(tmp_path, tiny_model_di
     assert one == two
 
 
+@pytest.mark.full  # `make test` shards rollouts and evaluation in the first test
 @pytest.mark.benchmarks("gsm8k", "aqua")
 def test_sharded_reasoning_benchmarks_equal_one_process(tmp_path, tiny_model_dir, prefect_api,
                                                         ray_cluster):
@@ -146,6 +149,7 @@ def test_sharded_reasoning_benchmarks_equal_one_process(tmp_path, tiny_model_dir
     assert one_rows == two_rows
 
 
+@pytest.mark.full  # `make test`: overlap in one process (tests/flows/test_overlap.py)
 def test_overlapped_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_dir, prefect_api,
                                                             ray_cluster):
     """`rollout.overlap` on the cluster: iteration 1's shards are played from the flow's

@@ -60,3 +60,15 @@ def test_the_pictures_are_drawn_and_the_minutes_count_training_only(tmp_path):
     assert drawn == [curve.LEARNING_CURVE_PNG, curve.EXPLOITABILITY_PNG]
     for name in drawn:
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_sentence_names_a_curriculum_s_opponents_in_words():
+    from mars_core.config import load_config
+    from tasks.strength import trained_against
+
+    cfg = load_config("configs/demo.yaml", ["rollout.opponents.kuhn_poker=["
+                                            "{opponent: self}, {opponent: 'bot:random', unlock_at: 2}]"])
+    assert trained_against(cfg.rollout.opponent_pool("kuhn_poker", 0)) == "self-play"
+    assert trained_against(cfg.rollout.opponent_pool("kuhn_poker", 3)) == (
+        "self-play and play against bot:random")
+    assert trained_against([("bot:nash", 1.0)]) == "play against bot:nash"

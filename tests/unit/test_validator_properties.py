@@ -1,6 +1,7 @@
 """Property tests of the Action Validator: any reply string, for any game, in any phase and
 role, is either a playable action or an invalid action with a typed error; it never raises,
-and a reply it accepts never makes the game raise either. 10,000 generated replies per game."""
+and a reply it accepts never makes the game raise either. 10,000 generated replies per game
+(`make test-full`; `make test` 2,000)."""
 from __future__ import annotations
 
 import random
@@ -12,11 +13,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from mars_core.games.base import INVALID_ACTION, PARSING_FAILURE, format_answer
 from mars_core.games.registry import GAMES, make_game
 from mars_core.rollout.validator import validate
+from tests.conftest import FULL
 
 pytestmark = pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out
 
 REPLIES_PER_EXAMPLE = 10  # 1,000 examples x 10 replies = 10,000 replies per game
-EXAMPLES_PER_GAME = 1_000
+EXAMPLES_PER_GAME = 1_000 if FULL else 200  # `make test`: 2,000 replies per game
 STATES_PER_GAME = 60
 
 

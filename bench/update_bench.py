@@ -13,7 +13,13 @@ compare glibc's allocator settings:
     python bench/update_bench.py --run runs/kuhn_ppo --iteration 3 --repeat 4 \\
         --env MALLOC_MMAP_THRESHOLD_=33554432 --env MALLOC_TRIM_THRESHOLD_=4294967296
 
-(glibc ignores an mmap threshold above 32 MiB.) The machine must be otherwise idle: two
+(glibc ignores an mmap threshold above 32 MiB.) `--set KEY=VALUE` (repeatable) changes the
+run's config for the replay, e.g. the update's memory bound:
+
+    python bench/update_bench.py --run runs/nim_selfplay --iteration 4 --repeat 1 \\
+        --set optim.micro_batch_tokens=2048
+
+The machine must be otherwise idle: two
 processes running torch on the same 2 cores slow each other far more than 2x (their OpenMP
 threads spin against each other); that load shows up as involuntary context switches. A
 replay that shared the machine with a training run and a second replay took 498 s where the
@@ -36,13 +42,14 @@ sys.path.insert(0, str(REPO))
 import mars_core.run.threads  # noqa: E402,F401  (first: the thread settings, before torch loads)
 
 
-def replay(run: Path, k: int, repeat: int) -> list[dict]:
-    """`repeat` updates of iteration k in this process: one row of figures each."""
+def replay(run: Path, k: int, repeat: int, sets: list[str] | None = None) -> list[dict]:
+    """`repeat` updates of iteration k in this process: one row of figures each; `sets`
+    (`key=value`) change the run's config for the replay (e.g. optim.micro_batch_tokens=2048)."""
     from mars_core.models.precision import cpu_description  # noqa: F401 (imports torch first)
-    from tasks.paths import read_config
+    from mars_core.config import load_config
     from tasks.train import _train_torch
 
-    cfg = read_config(run)
+    cfg = load_config(run / "config.yaml", sets or [])
     rows = []
     for _ in range(repeat):
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -63,7 +70,7 @@ def replay(run: Path, k: int, repeat: int) -> list[dict]:
 
 def _child(args: argparse.Namespace, env: dict, repeat: int) -> list[dict]:
     cmd = [sys.executable, __file__, "--run", str(args.run), "--iteration", str(args.iteration),
-           "--repeat", str(repeat), "--json"]
+           "--repeat", str(repeat), "--json", *(f"--set={kv}" for kv in args.set)]
     done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"update_bench: the replay failed:\n{done.stderr[-3000:]}")
@@ -78,16 +85,19 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--fresh", action="store_true", help="each update in a process of its own")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config change for the replay, e.g. optim.micro_batch_tokens=2048")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child's output
     args = p.parse_args()
     if args.json:
-        print(json.dumps(replay(args.run, args.iteration, args.repeat)))
+        print(json.dumps(replay(args.run, args.iteration, args.repeat, args.set)))
         return
     env = dict(e.split("=", 1) for e in args.env)
     from mars_core.models.precision import cpu_description
 
     print(f"machine: {cpu_description()}; run {args.run}, iteration {args.iteration}; "
-          f"env {env or 'unchanged'}; {'a fresh process per update' if args.fresh else 'one process'}")
+          f"env {env or 'unchanged'}; config {args.set or 'as run'}; "
+          f"{'a fresh process per update' if args.fresh else 'one process'}")
     rows = ([r for _ in range(args.repeat) for r in _child(args, env, 1)] if args.fresh
             else _child(args, env, args.repeat))
     keys = list(rows[0])

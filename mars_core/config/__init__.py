@@ -350,14 +350,15 @@ def load_game_eval_config(path: str | Path | None = None, games: list[str] | Non
     `games` keeps those games (each meets `opponents`, else its preset or MARS opponents);
     `opponents` alone replaces every game's opponents."""
     base = {"suite": {g: list(o) for g, o in MARS_OPPONENTS.items()}}
-    cfg = load_config(path, overrides, GameEvalConfig) if path else config_from_dict(
-        _merge(base, parse_overrides(overrides)), GameEvalConfig)
-    suite = {g: list(o) for g, o in cfg.suite.items()}
+    data = _merge(read_preset(path) if path else base, parse_overrides(overrides))
+    # narrowed before validation: the settings are checked against the games that play (a
+    # compact prompt for Leduc alone, where the whole suite's Hanabi has none)
+    suite = {g: list(o) for g, o in (data.get("suite") or {}).items()}
     if games:
         suite = {g: list(opponents or suite.get(g) or _defaults(g)) for g in games}
     elif opponents:
         suite = {g: list(opponents) for g in suite}
-    data = cfg.model_dump(mode="json") | {"suite": suite}
+    data = data | {"suite": suite}
     data |= {k: v for k, v in (("n", n), ("seed", seed)) if v is not None}
     return config_from_dict(data, GameEvalConfig)
 

@@ -104,6 +104,18 @@ def test_mars_preset_is_the_papers_suite():
     assert set(quick.suite) == set(cfg.suite) and quick.n < 10
 
 
+def test_the_settings_are_checked_against_the_games_that_play():
+    """`mars eval games --games leduc_poker --set play.prompt=compact`: the compact layout is
+    checked against Leduc alone, not the whole suite's Hanabi (which has none)."""
+    from mars_core.config import ConfigError, load_game_eval_config
+
+    cfg = load_game_eval_config(None, ["leduc_poker"], ["bot:random"],
+                                overrides=["play.prompt=compact"])
+    assert cfg.suite == {"leduc_poker": ("bot:random",)} and cfg.play.prompt == "compact"
+    with pytest.raises(ConfigError, match="no compact layout for mini_hanabi"):
+        load_game_eval_config(None, overrides=["play.prompt=compact"])
+
+
 def test_kuhn_nash_self_play_gives_the_first_player_minus_one_eighteenth():
     records, _ = run_suite({"kuhn_poker": ("bot:nash",)}, "bot:nash", None, None, PARAMS, n=4000,
                            seed=0, bot_policy="bot:nash", progress=False)

@@ -1,6 +1,6 @@
 """`mars eval mas` through Prefect and MLflow: every system on every shipped benchmark with the
-embedded model (a few short replies each; two benchmarks in `make test`), the comparison table against a baseline, transcripts
-as artifacts, and gated GPQA questions kept out of every file."""
+embedded model (a few short replies each; two benchmarks in `make test`), the comparison table
+against a baseline, transcripts as artifacts, and gated GPQA questions kept out of every file."""
 from __future__ import annotations
 
 import csv

@@ -46,7 +46,8 @@ def test_a_valid_preset_prints_its_plan_and_writes_nothing(empty_cwd, capsys):
     # 4 iterations x 64 self-play games; the start policy and after each iteration: 30 x 2 seats
     assert "  kuhn_poker: self" in out and "per iteration: 64 training games (kuhn_poker 64)" in out
     # the update by name: the demo's is Magnetic Mirror Descent, not the estimator's gradient
-    assert "algorithm: estimator mars, update: Magnetic Mirror Descent (train_actions: mirror" in out
+    assert ("algorithm: estimator mars, update: Magnetic Mirror Descent (train_actions: mirror"
+            in out)
     assert "evaluations: 5 (the start policy, after iterations 1, 2, 3, 4), 60 games each" in out
     assert ("in all: 256 training games, 300 evaluation games; 12 warm-up steps, 16 probe games"
             in out)

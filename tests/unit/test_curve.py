@@ -65,9 +65,10 @@ def test_the_pictures_are_drawn_and_the_minutes_count_training_only(tmp_path):
 def test_the_sentence_names_a_curriculum_s_opponents_in_words():
     from mars_core.config import load_config
     from tasks.strength import trained_against
+    from tests.conftest import REPO
 
-    cfg = load_config("configs/demo.yaml", ["rollout.opponents.kuhn_poker=["
-                                            "{opponent: self}, {opponent: 'bot:random', unlock_at: 2}]"])
+    curriculum = "[{opponent: self}, {opponent: 'bot:random', unlock_at: 2}]"
+    cfg = load_config(REPO / "configs/demo.yaml", [f"rollout.opponents.kuhn_poker={curriculum}"])
     assert trained_against(cfg.rollout.opponent_pool("kuhn_poker", 0)) == "self-play"
     assert trained_against(cfg.rollout.opponent_pool("kuhn_poker", 3)) == (
         "self-play and play against bot:random")

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(command) -> int:
+    signals.settle()  # stopped: a swallowed copy of the interrupt is not delivered again
     hint = "; run the same command again to resume" if command.resumable else ""
     _say(f"mars: interrupted{hint}", sys.stderr)
     return 130

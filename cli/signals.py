@@ -40,7 +40,9 @@ STOP_S = 120.0  # the temporary server's shutdown (its event backlog recorded) b
 PREFECT_FACTORY = "prefect.server.api.server:create_app"
 TEMPORARY_FACTORY = "cli.prefect_app:temporary_app"
 REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by then (or is retried)
-_last = {"signal": signal.SIGINT}  # the interrupt last received, to deliver again if swallowed
+# the interrupt last received, to deliver again if swallowed; settled: the command has stopped
+# on one (`settle`), and a swallowed copy of it is not delivered again
+_last = {"signal": signal.SIGINT, "settled": False}
 
 
 def _as_ctrl_c(signum, frame):
@@ -54,9 +56,25 @@ def _redeliver(unraisable, previous=sys.unraisablehook) -> None:
     if not isinstance(unraisable.exc_value, KeyboardInterrupt):
         previous(unraisable)
         return
-    timer = threading.Timer(REDELIVER_S, _thread.interrupt_main, args=(_last["signal"],))
+    if _last["settled"]:
+        return
+    timer = threading.Timer(REDELIVER_S, _deliver_again)
     timer.daemon = True  # never holds the exit
     timer.start()
+
+
+def _deliver_again() -> None:
+    if not _last["settled"]:
+        _thread.interrupt_main(_last["signal"])
+
+
+def settle() -> None:
+    """The command has stopped on an interrupt (it says so and exits 130): a copy of it that a
+    finalizer swallowed on the way out (a generator closed by the garbage collector re-raising
+    it) is not delivered again, where it would land in the exit itself and end the process by
+    SIGINT instead of 130 (a CI failure of `tests/e2e/test_signals.py`). A new signal still
+    interrupts (a second Ctrl-C stops the temporary server at once)."""
+    _last["settled"] = True
 
 
 def handle_like_ctrl_c() -> None:

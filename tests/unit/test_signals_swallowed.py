@@ -77,3 +77,39 @@ def test_other_unraisable_errors_still_reach_the_previous_hook():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "['ValueError']", done.stderr
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_once_the_command_has_stopped_a_swallowed_copy_is_not_delivered_again(settled):
+    """After `settle` (the command said "interrupted" and is exiting with 130), a finalizer
+    that swallows a KeyboardInterrupt on the way out schedules no second one; unsettled (the
+    test's premise), that copy comes again and lands in the exit."""
+    code = textwrap.dedent("""
+        import gc, signal, sys, time
+        from cli import signals
+        signals.handle_like_ctrl_c()
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            SETTLE
+
+        def closed():  # a generator the collector closes, its `finally` raising the interrupt
+            try:
+                yield 1
+            finally:
+                raise KeyboardInterrupt
+        g = closed()
+        next(g)
+        del g
+        gc.collect()
+        time.sleep(0.5)  # a redelivery would land here (after 0.05 s)
+        print("stopped once")
+        sys.exit(130)
+    """).replace("SETTLE", "signals.settle()" if settled else "pass")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    if settled:
+        assert (done.returncode, done.stdout.strip()) == (130, "stopped once"), done.stderr
+    else:
+        assert done.returncode != 130 and "stopped once" not in done.stdout, done.stderr

@@ -1,7 +1,9 @@
 """Test-wide set-up: offline, quiet, a temporary PREFECT_HOME, one Prefect test harness."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,6 +14,7 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
     os.environ[_k] = _v
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="mars-prefect-home-")
+atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], True)  # one per process, not kept
 # `model.bf16: auto` answers fp32 without measuring, on every CPU: bf16 play differs with its
 # batch, and the suite compares sharded with one-process play token by token. The measurement
 # itself is tested in tests/unit/test_precision.py (its cache in a temporary folder).
@@ -145,6 +148,14 @@ def pytest_addoption(parser):
     parser.addoption("--record-durations", metavar="PATH", default=None,
                      help="write each xdist scope's seconds (set-up, call and tear-down of its "
                           "tests) to PATH as JSON, as tests/durations.json holds them")
+
+
+def pytest_report_header(config):
+    """The free space where the suite writes (model copies of 0.5 GB each: a full disk fails
+    a run's stages with "no space left", far from the cause)."""
+    where = Path(tempfile.gettempdir())
+    free = shutil.disk_usage(where).free / 2**30
+    return f"temporary folder: {where}, {free:.1f} GiB free (the suite writes up to ~8 GiB)"
 
 
 _SCOPE_SECONDS: dict[str, float] = {}

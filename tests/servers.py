@@ -66,10 +66,15 @@ def worker(log: Path, env: dict, cwd: Path, pool: str = POOL) -> Process:
 def model_server(model_uri: str, log: Path, env: dict) -> Server:
     """`mlflow models serve -m MODEL_URI --env-manager local` (env: MLFLOW_TRACKING_URI);
     ready when /ping answers (after the model is downloaded and loaded). It runs `uvicorn`
-    from PATH: the environment's bin folder goes first, as in an activated virtualenv."""
+    from PATH: the environment's bin folder goes first, as in an activated virtualenv. MLflow
+    downloads a `models:/` URI into a new temporary folder it never removes (0.5 GB for the
+    embedded model): TMPDIR is a folder beside the log, which goes with the test's."""
     port = free_port()
     bin_dir = str(Path(sys.executable).parent)
-    env = {**env, "PATH": os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])}
+    tmp = log.parent / "serve-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**env, "PATH": os.pathsep.join([bin_dir, env.get("PATH", os.defpath)]),
+           "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "--env-manager",
            "local", "--host", "127.0.0.1", "-p", str(port)]
     return Server("mlflow models serve", cmd, f"http://127.0.0.1:{port}", "/ping", log, env=env)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,6 +275,7 @@ def served(root, servers, smoke_run):
         yield server
     finally:
         server.stop()
+        shutil.rmtree(root / "serve-tmp", ignore_errors=True)  # MLflow's copy of the model
 
 
 def test_registered_model_is_served_and_answers_a_chat_request(served):

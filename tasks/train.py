@@ -109,15 +109,18 @@ def prepare_policy(run_dir: str) -> dict:
     return run_stage(run_dir, INIT, PREPARE_POLICY, body, step=0)
 
 
-def _policy_and_reference(cfg, run_dir: str, k: int, device: str):
+def _policy_and_reference(cfg, run_dir: str, k: int, device: str, bf16: bool = False):
     """The model the update trains and the KL reference (None without a KL term): the policy
     of iteration k and the start policy, or with `trainer.lora` the start policy carrying the
-    run's adapter and the same module with its adapters off."""
+    run's adapter (its frozen weights held in bf16 when the update runs under bf16 autocast)
+    and the same module with its adapters off."""
     path = policy_at(run_dir, k, reader=TRAIN_STEP)
     if cfg.trainer.lora.rank:
         adapter = Path(path) / lora.ADAPTER if k > 0 else None
         start = initial_policy(run_dir, k, reader=TRAIN_STEP)
         model = lora.attach(load_model(start).to(device), cfg.trainer.lora, adapter)
+        if bf16:
+            lora.hold_base_in_bf16(model)
         return model, lora.AdaptersOff(model) if cfg.algorithm.kl_coef > 0 else None
     model = load_model(path).to(device)
     ref = (load_model(initial_policy(run_dir, k, reader=TRAIN_STEP)).to(device)
@@ -130,7 +133,8 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     and the optimizer/scheduler state."""
     path = policy_at(run_dir, k, reader=TRAIN_STEP)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, ref = _policy_and_reference(cfg, run_dir, k, device)
+    bf16 = use_bf16(cfg, "update")
+    model, ref = _policy_and_reference(cfg, run_dir, k, device, bf16)
     tok = load_tokenizer(path)
     enable_gradient_checkpointing(model, cfg.trainer.gradient_checkpointing)
     steps = cfg.run.iterations * cfg.optim.minibatches * cfg.algorithm.ppo_epochs
@@ -139,7 +143,6 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
     samples = load_samples(input_dir(run_dir, k, reader=TRAIN_STEP, stage=COMPUTE_ADVANTAGES)
                            / SAMPLES_FILE)
     metrics, steps = {}, []
-    bf16 = use_bf16(cfg, "update")
     if samples:
         metrics = ppo_update(model, ref, TorchUpdater(model, opt, sched, cfg.optim.grad_clip),
                              samples, cfg.algorithm, cfg.optim, pad_id=tok.pad_token_id,
@@ -149,8 +152,9 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
                              on_step=lambda j, m: steps.append(m))
     write_json(out / OPTIMIZER_STEPS_FILE, steps)
     save_trainer_state(out, opt, sched, k)
-    if cfg.trainer.lora.rank:
-        lora.save(out, model, tok)
+    if cfg.trainer.lora.rank:  # merged into the fp32 start policy where the base was bf16
+        lora.save(out, model, tok, start=initial_policy(run_dir, k, reader=TRAIN_STEP)
+                  if bf16 else None)
     else:
         save_model(out, model, tok)
     return metrics

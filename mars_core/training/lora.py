@@ -53,13 +53,33 @@ class AdaptersOff(torch.nn.Module):
             return self.peft_model(*args, **kwargs)
 
 
-def save(folder: Path, peft_model, tokenizer) -> None:
+def hold_base_in_bf16(peft_model) -> int:
+    """The frozen weights of the adapted linear layers (their `base_layer`s) held in bf16, for
+    an update under bf16 autocast: autocast casts them to bf16 at every forward anyway (the same
+    values, so the same log-probs to the bit), and holding them so drops their fp32 copies and
+    the casts made again at every forward. On the demo's update (135M model, LoRA on every
+    linear layer) the peak went 2.61-2.65 -> 2.33-2.36 GiB and the CPU time 43-45 -> 40 s
+    (docs/performance.md). Returns how many were cast; `save(..., start=...)` merges into the
+    start policy's fp32 weights, not these."""
+    n = 0
+    for name, module in peft_model.named_modules():
+        if name.endswith("base_layer") and isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.to(torch.bfloat16)
+            n += 1
+    return n
+
+
+def save(folder: Path, peft_model, tokenizer, start: Path | str | None = None) -> None:
     """The adapter into `folder/adapter`, then the merged weights and the tokenizer into
-    `folder` (the peft model is spent afterwards: merging writes into its base weights)."""
+    `folder` (the peft model is spent afterwards: merging writes into its base weights). With
+    `start` (the base weights were held in bf16: `hold_base_in_bf16`) the adapter is merged
+    into the start policy's fp32 weights read again from `start`."""
     folder = Path(folder)
-    from mars_core.models.weights import hf_bars_off
+    from mars_core.models.weights import hf_bars_off, load_model
 
     peft_model.save_pretrained(folder / ADAPTER)
+    if start is not None:  # the adapter as saved (fp32, exact) on the fp32 start policy
+        peft_model = attach(load_model(start), None, folder / ADAPTER)
     merged = peft_model.merge_and_unload()
     with hf_bars_off():
         merged.save_pretrained(folder, safe_serialization=True)

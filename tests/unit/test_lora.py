@@ -85,3 +85,39 @@ def test_lora_needs_the_torch_backend():
 
     with pytest.raises(ConfigError, match="trainer.lora needs trainer.backend: torch"):
         load_config(None, ["trainer.lora.rank=4", "trainer.backend=deepspeed"])
+
+
+def test_a_bf16_base_changes_no_bit_of_a_bf16_update_and_merges_into_the_fp32_start(
+        tiny_model_dir, tokenizer, tmp_path):
+    """Under bf16 autocast the frozen base weights are cast at every forward anyway: holding
+    them in bf16 trains the same adapter to the bit, and the checkpoint is the adapter merged
+    into the fp32 start policy, as without it."""
+    from safetensors.torch import load_file
+
+    batch, optim = samples(), OptimConfig(lr=5e-2, warmup_steps=0, micro_batch_size=3)
+    trained = {}
+    for cast in (False, True):
+        torch.manual_seed(0)  # the same fresh adapter
+        model = lora.attach(load_model(tiny_model_dir), LORA)
+        if cast:
+            assert lora.hold_base_in_bf16(model) > 0
+            assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} \
+                >= {torch.bfloat16}
+        opt, sched = make_optimizer(model, optim, total_steps=2)
+        for _ in range(2):
+            ppo_update(model, lora.AdaptersOff(model), TorchUpdater(model, opt, sched, 1.0),
+                       batch, AlgorithmConfig(kl_coef=0.2), optim, pad_id=0, seed=0,
+                       bf16=True, progress=False)
+        with torch.no_grad():
+            trained[cast] = sequence_logprobs(model, batch, Forward(0, bf16=True))[0]
+        lora.save(tmp_path / str(cast), model, tokenizer,
+                  start=tiny_model_dir if cast else None)
+    assert torch.equal(trained[False], trained[True])
+    adapters = [load_file(tmp_path / str(c) / lora.ADAPTER / "adapter_model.safetensors")
+                for c in (False, True)]
+    assert adapters[0].keys() == adapters[1].keys()
+    assert all(torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
+    merged = [load_file(tmp_path / str(c) / "model.safetensors") for c in (False, True)]
+    assert merged[0].keys() == merged[1].keys()
+    assert all(merged[1][k].dtype == torch.float32 and torch.equal(merged[0][k], merged[1][k])
+               for k in merged[0])

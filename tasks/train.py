@@ -152,9 +152,15 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
                              on_step=lambda j, m: steps.append(m))
     write_json(out / OPTIMIZER_STEPS_FILE, steps)
     save_trainer_state(out, opt, sched, k)
-    if cfg.trainer.lora.rank:  # merged into the fp32 start policy where the base was bf16
-        lora.save(out, model, tok, start=initial_policy(run_dir, k, reader=TRAIN_STEP)
-                  if bf16 else None)
+    if cfg.trainer.lora.rank and bf16:  # the bf16 base dropped, the fp32 start read again
+        lora.save_adapter(out, model)
+        del model, ref, opt, sched
+        release_memory()
+        start = lora.attach(load_model(initial_policy(run_dir, k, reader=TRAIN_STEP)), None,
+                            out / lora.ADAPTER)
+        lora.save_merged(out, start, tok)
+    elif cfg.trainer.lora.rank:
+        lora.save(out, model, tok)
     else:
         save_model(out, model, tok)
     return metrics

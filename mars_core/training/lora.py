@@ -59,8 +59,8 @@ def hold_base_in_bf16(peft_model) -> int:
     values, so the same log-probs to the bit), and holding them so drops their fp32 copies and
     the casts made again at every forward. On the demo's update (135M model, LoRA on every
     linear layer) the peak went 2.61-2.65 -> 2.33-2.36 GiB and the CPU time 43-45 -> 40 s
-    (docs/performance.md). Returns how many were cast; `save(..., start=...)` merges into the
-    start policy's fp32 weights, not these."""
+    (docs/performance.md). Returns how many were cast; merge the adapter into the start
+    policy's fp32 weights, not these (`save_merged`)."""
     n = 0
     for name, module in peft_model.named_modules():
         if name.endswith("base_layer") and isinstance(module, torch.nn.Linear):
@@ -69,17 +69,23 @@ def hold_base_in_bf16(peft_model) -> int:
     return n
 
 
-def save(folder: Path, peft_model, tokenizer, start: Path | str | None = None) -> None:
+def save(folder: Path, peft_model, tokenizer) -> None:
     """The adapter into `folder/adapter`, then the merged weights and the tokenizer into
-    `folder` (the peft model is spent afterwards: merging writes into its base weights). With
-    `start` (the base weights were held in bf16: `hold_base_in_bf16`) the adapter is merged
-    into the start policy's fp32 weights read again from `start`."""
-    folder = Path(folder)
-    from mars_core.models.weights import hf_bars_off, load_model
+    `folder` (the peft model is spent afterwards: merging writes into its base weights)."""
+    save_adapter(folder, peft_model)
+    save_merged(folder, peft_model, tokenizer)
 
-    peft_model.save_pretrained(folder / ADAPTER)
-    if start is not None:  # the adapter as saved (fp32, exact) on the fp32 start policy
-        peft_model = attach(load_model(start), None, folder / ADAPTER)
+
+def save_adapter(folder: Path, peft_model) -> None:
+    peft_model.save_pretrained(Path(folder) / ADAPTER)
+
+
+def save_merged(folder: Path, peft_model, tokenizer) -> None:
+    """The adapter merged into the base weights, as a plain model folder, with the tokenizer.
+    After `hold_base_in_bf16`, merge the saved adapter into the start policy read again
+    instead: `save_merged(folder, attach(load_model(start), None, folder / ADAPTER), tok)`."""
+    from mars_core.models.weights import hf_bars_off
+
     merged = peft_model.merge_and_unload()
     with hf_bars_off():
         merged.save_pretrained(folder, safe_serialization=True)

@@ -2,6 +2,7 @@
 continues the previous adapter, the registry gets a plain model folder."""
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -14,9 +15,11 @@ from tests.conftest import REPO
 SMOKE = str(REPO / "configs/smoke.yaml")
 
 
+# bf16: the update holds its frozen weights in bf16 and merges into the fp32 start read again
+@pytest.mark.parametrize("bf16", ["off", "on"])
 def test_lora_run_trains_the_adapter_and_publishes_merged_weights(tmp_path, prefect_api,
-                                                                  tiny_model_dir):
-    sets = [f"model.path={tiny_model_dir}", "model.max_context_tokens=1024",
+                                                                  tiny_model_dir, bf16):
+    sets = [f"model.path={tiny_model_dir}", f"model.bf16={bf16}", "model.max_context_tokens=1024",
             "rollout.max_new_tokens=8", "warmup.steps=1", "warmup.probe_games=1",
             "evaluation.every=0", "trainer.lora.rank=4", "optim.lr=1e-2",
             # the tiny model's replies all fail alike: every advantage is 0, so the entropy
@@ -35,6 +38,7 @@ def test_lora_run_trains_the_adapter_and_publishes_merged_weights(tmp_path, pref
     merged = load_file(ck1 / "model.safetensors")
     start = load_file(start_model_dir(run) / "model.safetensors")
     assert merged.keys() == start.keys()  # a plain model: the adapter merged in
+    assert {t.dtype for t in merged.values()} == {t.dtype for t in start.values()}
     assert any(not torch.equal(merged[k], start[k]) for k in merged if "q_proj" in k)
     assert all(torch.equal(merged[k], start[k]) for k in merged if "mlp" in k)  # not adapted
     final = final_model_dir(run)

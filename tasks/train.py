@@ -156,9 +156,7 @@ def _train_torch(cfg, run_dir: str, k: int, out: Path) -> dict:
         lora.save_adapter(out, model)
         del model, ref, opt, sched
         release_memory()
-        start = lora.attach(load_model(initial_policy(run_dir, k, reader=TRAIN_STEP)), None,
-                            out / lora.ADAPTER)
-        lora.save_merged(out, start, tok)
+        lora.merge_into_start(out, initial_policy(run_dir, k, reader=TRAIN_STEP), tok)
     elif cfg.trainer.lora.rank:
         lora.save(out, model, tok)
     else:

@@ -58,9 +58,9 @@ def hold_base_in_bf16(peft_model) -> int:
     an update under bf16 autocast: autocast casts them to bf16 at every forward anyway (the same
     values, so the same log-probs to the bit), and holding them so drops their fp32 copies and
     the casts made again at every forward. On the demo's update (135M model, LoRA on every
-    linear layer) the peak went 2.61-2.65 -> 2.33-2.36 GiB and the CPU time 43-45 -> 40 s
-    (docs/performance.md). Returns how many were cast; merge the adapter into the start
-    policy's fp32 weights, not these (`save_merged`)."""
+    linear layer) the whole demo's peak went 3.16 -> 2.90 GiB (docs/performance.md). Returns
+    how many were cast; merge the adapter into the start policy's fp32 weights, not these
+    (`merge_into_start`)."""
     n = 0
     for name, module in peft_model.named_modules():
         if name.endswith("base_layer") and isinstance(module, torch.nn.Linear):
@@ -80,10 +80,17 @@ def save_adapter(folder: Path, peft_model) -> None:
     peft_model.save_pretrained(Path(folder) / ADAPTER)
 
 
+def merge_into_start(folder: Path, start: Path | str, tokenizer) -> None:
+    """The adapter `save_adapter` wrote into `folder`, merged into the start policy's fp32
+    weights read again from `start` (after `hold_base_in_bf16`: the caller drops its bf16
+    model first, so the two are never held together)."""
+    from mars_core.models.weights import load_model
+
+    save_merged(folder, attach(load_model(start), None, Path(folder) / ADAPTER), tokenizer)
+
+
 def save_merged(folder: Path, peft_model, tokenizer) -> None:
-    """The adapter merged into the base weights, as a plain model folder, with the tokenizer.
-    After `hold_base_in_bf16`, merge the saved adapter into the start policy read again
-    instead: `save_merged(folder, attach(load_model(start), None, folder / ADAPTER), tok)`."""
+    """The adapter merged into the base weights, as a plain model folder, with the tokenizer."""
     from mars_core.models.weights import hf_bars_off
 
     merged = peft_model.merge_and_unload()

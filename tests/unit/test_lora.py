@@ -113,8 +113,7 @@ def test_a_bf16_base_changes_no_bit_of_a_bf16_update_and_merges_into_the_fp32_st
         folder = tmp_path / str(cast)
         if cast:  # as the update saves it: the adapter, then merged into the fp32 start
             lora.save_adapter(folder, model)
-            start = lora.attach(load_model(tiny_model_dir), None, folder / lora.ADAPTER)
-            lora.save_merged(folder, start, tokenizer)
+            lora.merge_into_start(folder, tiny_model_dir, tokenizer)
         else:
             lora.save(folder, model, tokenizer)
     assert torch.equal(trained[False], trained[True])

@@ -60,7 +60,8 @@ def batch_dependence(path: str, bf16: bool, game: str, n: int) -> tuple[int, int
     specs = [EpisodeSpec(f"b{i}", game, 200 + i, ("policy", "policy")) for i in range(n)]
     played = []
     for batch in (32, 1):
-        engine = HFEngine.from_path(path, autocast_bf16=bf16, batch_size=batch)
+        engine = HFEngine.from_path(path, autocast_bf16=bf16, batch_size=batch,
+                                     fp32_weights=True)
         eps = play_episodes(specs, engine, PromptBuilder(engine.tokenizer, "answer",
                                                          keep_history=False), params,
                             progress=False)
@@ -84,7 +85,7 @@ def main() -> None:
     print(f"{'engine':28s} {'tokens':>6s} {'mean|gap|':>9s} {'max|gap|':>9s} {'mean gap':>9s} "
           f"{'mean w':>7s} {'capped':>7s} {'s':>6s}")
     for bf16 in (False, True):
-        engine = HFEngine.from_path(path, autocast_bf16=bf16)
+        engine = HFEngine.from_path(path, autocast_bf16=bf16, fp32_weights=True)
         for top_k, top_p in ((0, 1.0), (100, 0.99)):
             params = SamplingParams(temperature=0.6, top_p=top_p, top_k=top_k, max_new_tokens=12,
                                     stop=("</answer>",), seed=1)

@@ -40,7 +40,7 @@ def one(config: str, micro: int, steps: int) -> dict:
 
     cfg = load_config(config)
     w = cfg.warmup
-    engine = make_engine(cfg, str(resolve_model(cfg.model.path)), backend="hf")
+    engine = make_engine(cfg, str(resolve_model(cfg.model.path)), backend="hf", fp32_weights=True)
     examples = _warmup_examples(cfg, engine.tokenizer, w.steps * w.batch_size, 0)
     lengths = sorted(len(p) + len(t) for p, t in examples)
     start = time.perf_counter()

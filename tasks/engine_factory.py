@@ -38,11 +38,12 @@ def sampling(cfg: Config, seed: int, temperature: float | None = None) -> Sampli
 
 
 def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Path | None = None,
-                int8: bool = False):
+                int8: bool = False, fp32_weights: bool = False):
     """The engine that samples from the model at `path`: in process (`hf`), or the run's vLLM
     server made to serve `path` (`vllm`; reloaded in place when it holds other weights);
     `int8`: the in-process engine on dynamic int8 layers (the training games of
-    `rollout.int8`)."""
+    `rollout.int8`); `fp32_weights`: the in-process engine's model is trained in place (the
+    format warm-up), so its weights stay fp32 under bf16 autocast."""
     from mars_core.engines.build import build_engine
 
     bf16 = use_bf16(cfg, "play")
@@ -50,4 +51,5 @@ def make_engine(cfg: Config, path: str, backend: str | None = None, log_dir: Pat
                         vllm=lambda p: vllm_engine(cfg, p, log_dir),
                         batch_size=cfg.rollout.engine_batch_size, bf16=bf16,
                         share_prefix=cfg.model.share_prefix, int8=int8,
-                        batch_invariant=batch_invariant(cfg.model.batch_invariant, bf16))
+                        batch_invariant=batch_invariant(cfg.model.batch_invariant, bf16),
+                        fp32_weights=fp32_weights)

@@ -78,7 +78,8 @@ def prepare_policy(run_dir: str) -> dict:
     def body(out: Path) -> dict:
         base = str(resolve_model(cfg.model.path))
         w, seed, metrics = cfg.warmup, derive_seed(cfg, Stream.WARMUP, 0), {}
-        engine = make_engine(cfg, base, backend="hf") if (w.steps or w.probe_games) else None
+        engine = (make_engine(cfg, base, backend="hf", fp32_weights=w.steps > 0)
+                  if (w.steps or w.probe_games) else None)
         if w.probe_games:
             metrics["warmup/invalid_rate_before"] = _probe_invalid_rate(cfg, engine, w.probe_games, seed)
         if w.steps == 0:

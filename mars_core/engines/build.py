@@ -18,13 +18,14 @@ from typing import Callable
 def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool = True,
                  backend: str = "hf", vllm: Callable[[str], object] | None = None,
                  chat: bool = False, api_key: str | None = None, int8: bool = False,
-                 batch_invariant: bool = False):
+                 batch_invariant: bool = False, fp32_weights: bool = False):
     """The engine that samples from `model` (see the module docstring). `batch_size` is the
     in-process engine's batch (an endpoint gets 8 times as many concurrent requests), `bf16`
     whether it samples under bf16 autocast, `api_key` the bearer key an endpoint gets, `int8`
     whether the in-process engine runs dynamic int8 linear layers (`rollout.int8`),
     `batch_invariant` whether its replies are independent of their batch
-    (`mars_core.models.invariant`)."""
+    (`mars_core.models.invariant`), `fp32_weights` whether the in-process engine keeps its
+    weights in fp32 under bf16 autocast (its model trained in place: `HFEngine.from_path`)."""
     if chat:
         from mars_core.engines.chat import HFChatEngine, OpenAIChatEngine, is_endpoint
 
@@ -44,4 +45,5 @@ def build_engine(model: str, *, batch_size: int, bf16: bool, share_prefix: bool 
 
     return HFEngine.from_path(model, batch_size=batch_size, autocast_bf16=bf16,
                               share_prefix=share_prefix, int8=int8,
-                              batch_invariant=batch_invariant and not int8)
+                              batch_invariant=batch_invariant and not int8,
+                              fp32_weights=fp32_weights)

@@ -196,3 +196,43 @@ def bf16_for(setting: str, phase: str) -> bool:
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     return calibration(phase).bf16
+
+
+def hold_linears_in_bf16(model, only=None) -> int:
+    """The weights of `model`'s linear layers held in bf16, for a model that runs only under
+    bf16 autocast: autocast casts them to bf16 at every forward anyway (the same values, so the
+    same outputs to the bit), and holding them so drops their fp32 copies and the casts made
+    again at every forward. A weight shared with an embedding (a tied LM head: the lookup is
+    not autocast) stays as it is; `only(name)` picks the layers (default: all). A forward
+    outside autocast then fails on the mixed dtypes, loudly. The tensors left as they were are
+    copied into the process's own memory (`_off_the_file`). Returns how many were cast."""
+    tied = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    n, cast = 0, set()
+    for name, module in model.named_modules():
+        if (isinstance(module, torch.nn.Linear) and id(module.weight) not in tied
+                and (only is None or only(name))):
+            module.weight.data = module.weight.data.to(torch.bfloat16)
+            cast.add(id(module.weight))
+            n += 1
+    if n:
+        _off_the_file(model, cast)
+    return n
+
+
+def _off_the_file(model, skip: set[int]) -> None:
+    """Every parameter and buffer of `model` not in `skip` (ids) copied into memory of its own.
+    A model loads zero-copy from its safetensors file (its tensors are views of the file's
+    mapping), and one tensor left on the mapping (the tied embedding) keeps it open: the fp32
+    weights just cast stayed resident as file pages, 0.40 GB of the embedded model's (the
+    update's replay, `RssFile` 570 -> 165 MB, the process 0.29 GB less)."""
+    seen: set[int] = set(skip)
+    for module in model.modules():
+        for tensors in (module._parameters, module._buffers):
+            for key, t in tensors.items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                if isinstance(t, torch.nn.Parameter):
+                    t.data = t.data.clone()
+                else:
+                    tensors[key] = t.clone()

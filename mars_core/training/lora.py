@@ -61,12 +61,9 @@ def hold_base_in_bf16(peft_model) -> int:
     linear layer) the whole demo's peak went 3.16 -> 2.90 GiB (docs/performance.md). Returns
     how many were cast; merge the adapter into the start policy's fp32 weights, not these
     (`merge_into_start`)."""
-    n = 0
-    for name, module in peft_model.named_modules():
-        if name.endswith("base_layer") and isinstance(module, torch.nn.Linear):
-            module.weight.data = module.weight.data.to(torch.bfloat16)
-            n += 1
-    return n
+    from mars_core.models.precision import hold_linears_in_bf16
+
+    return hold_linears_in_bf16(peft_model, only=lambda name: name.endswith("base_layer"))
 
 
 def save(folder: Path, peft_model, tokenizer) -> None:

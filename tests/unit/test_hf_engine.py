@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import math  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -189,6 +190,36 @@ def test_stats_count_tokens_and_time(engine, prompts):
 def test_bf16_autocast_runs(model, tokenizer, prompts):
     out = HFEngine(model, tokenizer, autocast_bf16=True).generate(prompts, sampled())
     assert all(c.token_ids and len(c.logprobs) == len(c.token_ids) for c in out)
+
+
+def test_a_bf16_engine_holds_its_linear_weights_in_bf16_and_samples_the_same_bits(
+        model, tokenizer, prompts, tmp_path):
+    """Under bf16 autocast the engine holds its linear layers' weights in bf16 (autocast cast
+    them at every step anyway): the same tokens and log-probs to the bit as with the fp32
+    weights it keeps for a warm-up that trains it in place; the tied LM head stays fp32. Nothing
+    of the bf16 engine's model is left on the checkpoint file's mapping (the fp32 weights it
+    cast would stay resident as file pages: 0.4 GB of the embedded model's)."""
+    import gc
+
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    out, dtypes, mapped = {}, {}, {}
+    for fp32 in (True, False):
+        engine = HFEngine.from_path(tmp_path, autocast_bf16=True, device="cpu",
+                                    fp32_weights=fp32)
+        gc.collect()
+        mapped[fp32] = str(tmp_path / "model.safetensors") in Path("/proc/self/maps").read_text()
+        linear = [m for m in engine.model.modules() if isinstance(m, torch.nn.Linear)]
+        dtypes[fp32] = {m.weight.dtype for m in linear if m is not engine.model.lm_head}
+        assert engine.model.lm_head.weight.dtype == torch.float32  # tied to the embedding
+        out[fp32] = [(c.token_ids, c.logprobs) for c in engine.generate(prompts, sampled())]
+        del engine, linear
+        gc.collect()
+    assert dtypes == {True: {torch.float32}, False: {torch.bfloat16}}
+    assert mapped == {True: True, False: False}  # the fp32 engine reads the file in place
+    assert out[True] == out[False]
+    fp32_only = HFEngine.from_path(tmp_path, device="cpu")  # no autocast: fp32 kept
+    assert {p.dtype for p in fp32_only.model.parameters()} == {torch.float32}
 
 
 def test_top_k_and_top_p_restrict_the_support():

@@ -102,9 +102,14 @@ def _stopped(proc: subprocess.Popen, out: Path, below: dict[int, int]) -> int:
     """Wait for `proc` to exit; nothing of what was below it, nor of its group, is left."""
     try:
         rc = proc.wait(timeout=300)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # where every thread waits, into the log (faulthandler)
+        os.kill(proc.pid, signal.SIGABRT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
         _kill(proc, {**below, **_descendants(proc.pid)})
-        raise
+        pytest.fail(f"still running 300 s after the signal:\n{out.read_text()[-12000:]}")
     end = time.time() + 30  # a process exits, then its parent reaps it
     while _left(below) and time.time() < end:
         time.sleep(0.2)
@@ -119,7 +124,8 @@ def _stopped(proc: subprocess.Popen, out: Path, below: dict[int, int]) -> int:
 def test_a_signalled_train_stops_like_ctrl_c(tmp_path, tiny_model_dir, sig, to):
     runs, out, home = tmp_path / "runs", tmp_path / "out.log", tmp_path / "home"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(home),
-           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}  # 2 busy cores
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # 2 busy cores
+           "PYTHONFAULTHANDLER": "1"}  # a hang's threads dumped on SIGABRT (`_stopped`)
     env.pop("PREFECT_API_URL", None)  # Prefect's temporary server, started by the command
     overlay = tmp_path / "tiny.yaml"
     overlay.write_text(f"model:\n  path: {tiny_model_dir}\nrun:\n  iterations: 1\n")
@@ -144,7 +150,8 @@ def test_a_signalled_train_stops_like_ctrl_c(tmp_path, tiny_model_dir, sig, to):
 
 def test_sighup_stops_mars_services_and_both_servers(tmp_path):
     pp, mp, out = free_port(), free_port(), tmp_path / "out.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp_path / "home"),
+           "PYTHONFAULTHANDLER": "1"}
     proc = _start(["services", "--prefect-port", str(pp), "--mlflow-port", str(mp),
                    "--runs-dir", str(tmp_path / "runs")], env, out)
     try:

@@ -50,13 +50,14 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
 
     def body(out: Path) -> dict:
         specs, cells = _plan(cfg, suite)
-        metrics = {}
+        metrics, engine = {}, None
         if cfg.cluster.sharded:
             episodes, _, metrics = sharded_episodes(
                 stage_dir(run_dir, k, EVALUATE), len(specs), cfg.cluster, evaluate_shard,
                 {"run_dir": run_dir, "k": k, "policy": policy, "step": step}, "evaluate")
         else:
-            episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs)
+            engine = make_engine(cfg, policy, log_dir=Path(run_dir))
+            episodes, _, _ = _play_evaluation(cfg, run_dir, policy, step, specs, engine)
         records = suite_records(cells, episodes, policy)
         for game in suite:
             mine = [ep for ep in episodes if ep.game == game]
@@ -64,7 +65,10 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
                 "\n\n".join(transcript(ep) for ep in mine[:: max(1, len(mine) // 4)]))
         write_episodes(out, episodes)
         write_json(out / RESULTS_FILE, records)
-        metrics |= exploitability_metrics(cfg, policy, suite, out)
+        # the games' engine reads the exploitability too where it is the in-process one (a
+        # second copy of the model loaded beside the first was the evaluation's peak)
+        metrics |= exploitability_metrics(cfg, policy, suite, out,
+                                          engine if cfg.engine.backend == "hf" else None)
         if cfg.engine.backend == "hf":  # which precision played (the exact policy, never int8)
             metrics["evaluate/bf16"] = float(use_bf16(cfg, "play"))
         return metrics | {f"{eval_prefix(cfg, r['game'], r['opponent'])}seat{r['seat']}_{key}":
@@ -79,19 +83,20 @@ def evaluate(run_dir: str, k: int | str, policy: str, step: int) -> dict:
     return metrics
 
 
-def exploitability_metrics(cfg, policy: str, games, out: Path) -> dict:
+def exploitability_metrics(cfg, policy: str, games, out: Path, engine=None) -> dict:
     """The policy's exact exploitability in each of `games` small enough for it (Kuhn,
     Leduc), read at the rollouts' temperature in the run's prompt layout (sampled, with its
     interval, for a reasoning policy: `exploitability.measure_policy`): written to
     `<out>/exploitability_<game>.json` (with the table read), returned as `eval/<game>/...`
     metrics. Nothing where `evaluation.exploitability` is off or no game qualifies; a layout
-    it cannot read (reasoning, kept history) is one warning, not a failed evaluation."""
+    it cannot read (reasoning, kept history) is one warning, not a failed evaluation.
+    `engine`: the in-process engine of `policy` to read with (default: one loaded here)."""
     from mars_core.strength import exploitability as ex
 
     games = [g for g in games if g in ex.GAMES] if cfg.evaluation.exploitability else []
     if not games:
         return {}
-    engine = make_engine(cfg, policy, backend="hf")
+    engine = engine or make_engine(cfg, policy, backend="hf")
     builder = prompt_builder(cfg, engine.tokenizer)
     metrics: dict[str, float] = {}
     for game in games:
@@ -122,11 +127,12 @@ def _plan(cfg, suite: dict | None = None):
                        derive_seed(cfg, Stream.EVALUATION_DEALS))
 
 
-def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list):
-    """`specs` played by `policy`: (episodes, stats, seconds spent loading the engine)."""
+def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list, engine=None):
+    """`specs` played by `policy` (on `engine`, else one loaded here): (episodes, stats,
+    seconds spent loading the engine)."""
     e, seed = cfg.evaluation, derive_seed(cfg, Stream.EVALUATION_SAMPLING, step)
     start = time.perf_counter()
-    engine = make_engine(cfg, policy, log_dir=Path(run_dir))
+    engine = engine or make_engine(cfg, policy, log_dir=Path(run_dir))
     load_s, stats = time.perf_counter() - start, RolloutStats()
     episodes = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer),
                              sampling(cfg, seed, e.temperature), stats=stats,

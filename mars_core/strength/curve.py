@@ -95,4 +95,34 @@ def exploitability_words(run: Path, iterations: int, trained_by: dict[str, str])
                      f"iterations of {trained_by.get(game, 'training')} ({change}; exact, read "
                      f"from the policy's own probabilities, no sampling noise; 0 is an "
                      f"equilibrium, {REFERENCES.get(game, 'lower is better')})")
+        if game == "kuhn_poker":  # the tables themselves, from the two readings' files
+            a_table, b_table = (read_json(found[label][1] / f"exploitability_{game}.json")
+                                .get("policy", {}) for label in ("start", last))
+            lines.append(kuhn_words(a_table, b_table))
     return lines
+
+
+# Kuhn Poker's situations (an information state's key is the card, 0-2 for J-K, then the
+# bets so far: p a pass, b a bet) and what its second action (<BET>) does there
+KUHN_SITUATIONS = {"": "opening, it bets", "p": "after a pass, it bets",
+                   "b": "facing a bet, it calls", "pb": "facing a bet after its pass, it calls"}
+
+
+def kuhn_words(start: dict[str, list[float]], end: dict[str, list[float]]) -> str:
+    """What changed, in words, between two Kuhn policy tables (key -> probabilities): each
+    situation's <BET> probability over the three cards, start -> end, and how much the card
+    changes it at the end (a policy that ignores its card is at least 0.333 exploitable)."""
+    parts, spread = [], 0.0
+    for history, words in KUHN_SITUATIONS.items():
+        keys = [f"{card}{history}" for card in "012" if f"{card}{history}" in end]
+        if not keys or not all(k in start for k in keys):
+            continue
+        a = sum(start[k][1] for k in keys) / len(keys)
+        b = sum(end[k][1] for k in keys) / len(keys)
+        spread = max(spread, max(end[k][1] for k in keys) - min(end[k][1] for k in keys))
+        parts.append(f"{words} {a:.0%} -> {b:.0%}")
+    card = (f"its card changes that by {spread:.0%} at most: it has not learnt to read its card "
+            "yet (a policy that ignores it cannot go below 0.333; `make learn` runs the "
+            "recipe that does)" if spread < 0.2 else
+            f"its card changes that by up to {spread:.0%}")
+    return "what changed (mean over J, Q, K): " + "; ".join(parts) + f"; {card}"

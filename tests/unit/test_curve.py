@@ -38,12 +38,24 @@ def _run(tmp_path):
 
 def test_the_exploitability_sentence_names_both_ends_and_how_it_was_trained(tmp_path):
     run = _run(tmp_path)
-    line, = curve.exploitability_words(run, 2, {"kuhn_poker": "self-play"})
+    line, words = curve.exploitability_words(run, 2, {"kuhn_poker": "self-play"})
     assert line.startswith("kuhn_poker: exploitability 0.420 -> 0.190 after 2 iterations of "
                            "self-play (down 55%; exact")
     assert "uniform play 0.458" in line
+    assert words.startswith("what changed (mean over J, Q, K): opening, it bets 50% -> 50%")
     assert curve.exploitability_words(run, 2, {}) and "of training" in curve.exploitability_words(
         run, 2, {})[0]
+
+
+def test_what_changed_in_words_per_situation_and_whether_the_card_is_read():
+    blind = {f"{c}{h}": [0.7, 0.3] for c in "012" for h in ("", "p", "b", "pb")}
+    calls = {**blind, **{f"{c}b": [0.1, 0.9] for c in "012"}}  # calls more, whatever the card
+    words = curve.kuhn_words(blind, calls)
+    assert "facing a bet, it calls 30% -> 90%" in words and "opening, it bets 30% -> 30%" in words
+    assert "has not learnt to read its card" in words
+    reads = {**blind, "0b": [1.0, 0.0], "2b": [0.0, 1.0]}  # folds J, calls K
+    words = curve.kuhn_words(blind, reads)
+    assert "its card changes that by up to 100%" in words and "not learnt" not in words
 
 
 def test_nothing_to_say_before_two_readings(tmp_path):

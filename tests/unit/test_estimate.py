@@ -26,7 +26,7 @@ def test_a_fresh_demo_has_all_its_work_left(tmp_path, monkeypatch):
     work = estimate.remaining_work(cfg, tmp_path / "demo")
     assert work == {"conversion": 1, "start": 1, "warmup_example": 12 * 8, "probe_game": 16,
                     "eval_game": 5 * 60, "exploitability_read": 5, "rollout_game": 4 * 64,
-                    "update_game": 4 * 64, "update_epoch": 4 * 6, "iteration_stages": 4}
+                    "update_game": 4 * 64, "update_epoch": 4 * 4, "iteration_stages": 4}
     ttt = estimate.remaining_work(load_config(TTT, []), tmp_path / "ttt")
     assert ttt["eval_game"] == 3 * 2 * 2 * 400 and ttt["exploitability_read"] == 0
 
@@ -41,7 +41,7 @@ def test_what_is_finished_is_not_counted_again(tmp_path, monkeypatch):
         _finish(folder)
     assert estimate.remaining_work(cfg, run) == {
         "conversion": 0, "start": 1, "warmup_example": 0, "probe_game": 0, "eval_game": 120,
-        "exploitability_read": 2, "rollout_game": 128, "update_game": 128, "update_epoch": 12,
+        "exploitability_read": 2, "rollout_game": 128, "update_game": 128, "update_epoch": 8,
         "iteration_stages": 2}
     for k in (2, 3):
         _finish(stage_dir(run, k, SAVE_CHECKPOINT))

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "adding-a-stage.md"
@@ -79,6 +81,7 @@ def test_the_page_names_the_three_files_and_says_nothing_else_is_edited():
     assert len(_blocks()) == 5
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_adding_the_toy_stage_the_pages_way(tmp_path):
     root = tmp_path / "repo"
     _copy(root)

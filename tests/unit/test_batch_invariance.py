@@ -44,6 +44,7 @@ def same(a, b, bf16: bool) -> bool:
         abs(x - y) < 1e-4 for c, d in zip(a, b) for x, y in zip(c.logprobs, d.logprobs))
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 @pytest.mark.parametrize("bf16", [True, False], ids=["bf16", "fp32"])
 def test_a_reply_does_not_depend_on_its_batch(embedded, tokenizer, prompts, bf16):
     from mars_core.models.prefix import PrefixCache

@@ -70,6 +70,7 @@ class FewTurns:
         return [Completion(ids, (), "quit</answer>", FinishReason.STOP) for _ in prompts]
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_the_embedded_model_plays_every_sample_game_against_random(embedded_dir, tokenizer):
     """One real turn of the model in every game (one batched round of engine calls), then
     the games end on a bad reply: every model turn is recorded, valid or a typed error."""

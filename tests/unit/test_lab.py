@@ -84,6 +84,7 @@ def test_the_signal_table_shrinks_with_p_one_minus_p_and_normalizing_equalizes_i
     assert all(v["pg"] == 0 and v["pg_normalized"] == 0 for v in certain.values())
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_the_probe_fits_on_a_tiny_model_and_the_lab_writes_its_table(tiny_model_dir, tmp_path):
     from mars_core.lab.probe import Arm, fit, items
 
@@ -245,6 +246,7 @@ def test_the_learning_report_counts_blotto_allocations():
         "87.1 against `bot:random` (exact)." in table
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_the_probe_fits_tic_tac_toe_positions_on_a_tiny_model(tiny_model_dir, tmp_path):
     from mars_core.lab import tictactoe
     from mars_core.lab.probe import TTT_POSITIONS, Arm, fit, items

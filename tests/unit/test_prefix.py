@@ -97,6 +97,7 @@ def test_gradient_checkpointing_runs_the_plain_pass(tiny):
     assert torch.allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_engine_samples_the_same_with_and_without_sharing(embedded_dir, tokenizer):
     from mars_core.rollout.play import PromptBuilder
     from mars_core.games.registry import make_game
@@ -146,6 +147,7 @@ def test_cached_prefixes_give_the_plain_logits_and_are_reused(tiny):
     assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(want, plain, atol=1e-3)
 
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_engine_with_the_cache_samples_as_a_fresh_engine_per_call(embedded_dir, tokenizer):
     """Two calls on one engine (the second takes the seat's rules from the cache) give what
     a new engine gives for each call."""

@@ -126,6 +126,7 @@ def test_registry_cache_tells_two_stores_v1_apart(tmp_path):
 
 # --- evaluation caches -----------------------------------------------------------------------
 
+@pytest.mark.slow  # `make test` runs it; `make test-unit` leaves it out (it runs long)
 def test_compare_reevaluates_when_its_settings_change(tmp_path, tiny_model_dir):
     from flows.compare import _evaluated
     from mars_core.config import load_game_eval_config

@@ -96,7 +96,7 @@ def exploitability_metrics(cfg, policy: str, games, out: Path, engine=None) -> d
     games = [g for g in games if g in ex.GAMES] if cfg.evaluation.exploitability else []
     if not games:
         return {}
-    engine = engine or make_engine(cfg, policy, backend="hf")
+    engine = engine if engine is not None else make_engine(cfg, policy, backend="hf")
     builder = prompt_builder(cfg, engine.tokenizer)
     metrics: dict[str, float] = {}
     for game in games:
@@ -132,7 +132,7 @@ def _play_evaluation(cfg, run_dir: str, policy: str, step: int, specs: list, eng
     seconds spent loading the engine)."""
     e, seed = cfg.evaluation, derive_seed(cfg, Stream.EVALUATION_SAMPLING, step)
     start = time.perf_counter()
-    engine = engine or make_engine(cfg, policy, log_dir=Path(run_dir))
+    engine = engine if engine is not None else make_engine(cfg, policy, log_dir=Path(run_dir))
     load_s, stats = time.perf_counter() - start, RolloutStats()
     episodes = play_episodes(specs, engine, prompt_builder(cfg, engine.tokenizer),
                              sampling(cfg, seed, e.temperature), stats=stats,

@@ -9,7 +9,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup lock demo test test-full test-durations test-unit test-games docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
+.PHONY: setup lock demo test test-full test-cluster test-durations test-unit test-games docs docs-serve docs-gen test-faults test-vllm vllm-env smoke eval-quick eval-mas bench bench-gpu learn lab lab-coverage ablate reason prefect-ui mlflow-ui services clean clean-registry
 
 setup: $(STAMP)
 
@@ -98,9 +98,11 @@ XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 $(XDIST)
 
-# `make test` and the heavier variants it leaves out (tests marked `full`: the cluster's other
-# sharded runs, every reasoning benchmark, 10,000 replies a game to the validator), the whole
-# fault-injection suite and every engine game: over an hour on 2 cores.
+# `make test` and the heavier variants it leaves out (tests marked `full`, each naming what in
+# `make test` covers it: the cluster's other runs, every reasoning benchmark on every system,
+# every advantage estimator, the DeepSpeed backend's runs, the seeds comparison, 10,000 replies
+# a game to the validator), the whole fault-injection suite and every engine game: over an hour
+# on 2 cores. `make test` stays under 20 minutes from a fresh clone on an idle machine.
 test-full: setup
 	MARS_TEST_FULL=1 MARS_FAULTS_FULL=1 MARS_FUZZ_N=10000 MARS_ALL_GAMES=1 \
 	    $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(XDIST)
@@ -142,7 +144,13 @@ docs-gen: setup
 # seconds and for longer than the retry window, the Prefect API lost mid-run, a full disk, two
 # processes on one run, 10,000 fuzzed grader answers. `make test` runs a slice of it.
 test-faults: setup
-	MARS_FAULTS_FULL=1 MARS_FUZZ_N=10000 $(PY) -m pytest -q -p no:cacheprovider -s tests/faults
+	MARS_FAULTS_FULL=1 MARS_TEST_FULL=1 MARS_FUZZ_N=10000 $(PY) -m pytest -q -p no:cacheprovider -s tests/faults
+
+# The two-node Ray cluster suite whole (sharded rollouts, evaluation and benchmarks, bf16 play, the
+# overlap across nodes; about 15 min on 2 cores): `make test` runs its in-process shards, its
+# one-line refusals and one two-node sharded run.
+test-cluster: setup
+	MARS_TEST_FULL=1 $(PY) -m pytest -q -p no:cacheprovider tests/cluster
 
 # vLLM's own environment (the CPU build here; requirements/vllm-gpu.txt on a GPU node). Its
 # torch comes from the local CPU wheel; the vision/audio packages it drags in are not needed.

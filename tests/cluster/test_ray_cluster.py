@@ -77,6 +77,7 @@ def test_sharded_rollouts_on_two_nodes_equal_one_process(tmp_path, tiny_model_di
     assert {"evaluate_shard step 1 0/2", "evaluate_shard step 1 1/2"} <= names
 
 
+@pytest.mark.full  # `make test`: the two-node sharded run above; bf16 play: tests/unit/test_batch_invariance.py
 def test_bf16_rollouts_of_the_embedded_model_equal_one_process(tmp_path, embedded_dir,
                                                                 prefect_api, ray_cluster):
     """Issue 64's case: the embedded model in bf16 (the precision of every GPU run and of

@@ -9,7 +9,7 @@ from mars_core.run.layout import INIT, PREPARE_POLICY, SAVE_CHECKPOINT, TRAIN_ST
 from mars_core.run.commit import is_done, verify_stage
 from tests.conftest import REPO
 from tests.faults.compare_runs import assert_same_run
-from tests.faults.conftest import run_env, train, train_args, wait_for_flag
+from tests.faults.conftest import FULL, run_env, train, train_args, wait_for_flag
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -28,6 +28,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)])
 
 
+@pytest.mark.skipif(not FULL, reason="make test-faults")  # `make test`: the other faults
 def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_dir, prefect_api,
                                              reference_run):
     runs, flag = small_disk / "runs", tmp_path / "flag"

@@ -33,7 +33,13 @@ def _tiny(model, *extra) -> list[str]:
     return [arg for s in sets for arg in ("--set", s)]
 
 
-@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+# `make test` trains the paper's estimator, the one with state across iterations and the one fed
+# by the games' own values; `make test-full` every estimator (each one's arithmetic is unit-tested)
+IN_MAKE_TEST = {"mars", "rae", "monte_carlo"}
+
+
+@pytest.mark.parametrize("estimator", [
+    pytest.param(e, marks=() if e in IN_MAKE_TEST else pytest.mark.full) for e in sorted(ESTIMATORS)])
 def test_every_estimator_trains_at_the_smoke_scale(estimator, tmp_path, prefect_api, tiny_model_dir):
     extra = {"rloo_env": ["batching.unit=turn"],
              "monte_carlo": ["rollout.mc_rollouts=4"]}.get(estimator, [])
@@ -96,6 +102,7 @@ def test_in2ai_preset_bank_batches_curriculum_and_frozen_opponents(tmp_path, pre
             "opponents/colonel_blotto/bot_random/episodes"} <= set(parent.data.metrics)
 
 
+@pytest.mark.full  # `make test`: the kill points (tests/faults) and RAE's state per checkpoint above
 def test_rae_state_survives_a_kill_and_resume(tmp_path, prefect_api, tiny_model_dir):
     def args(name):
         return [sys.executable, "-m", "cli.main", "train", "--config", SMOKE, "--runs-dir",
@@ -156,6 +163,7 @@ def test_compare_flow_logs_one_table(tmp_path, prefect_api, tiny_model_dir):
     assert len(trained) == 2  # the two training runs log into the same experiment
 
 
+@pytest.mark.full  # `make test`: the comparison over one seed (test_compare_flow_logs_one_table)
 def test_compare_across_seeds_aggregates_logs_once_and_skips_finished_runs(
         tmp_path, prefect_api, tiny_model_dir, caplog):
     """`mars compare --seeds`: 2 variants x 2 seeds over the Kuhn recipe at the tiniest scale;

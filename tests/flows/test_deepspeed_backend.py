@@ -112,6 +112,7 @@ def _same_metrics(a: dict, b: dict, rel: float, abs_: float = 1e-9) -> None:
         assert a[key] == pytest.approx(b[key], rel=rel, abs=abs_), key
 
 
+@pytest.mark.full  # the optional backend's runs; `make test`: its errors, tests/unit/test_deepspeed.py
 def test_one_process_zero2_matches_the_torch_path(worker_runs, torch_path, tiny_model_dir):
     root, _, m = worker_runs
     weights, metrics = torch_path[0]
@@ -125,6 +126,7 @@ def test_one_process_zero2_matches_the_torch_path(worker_runs, torch_path, tiny_
     assert (root / "one/tokenizer.json").is_file()
 
 
+@pytest.mark.full  # the optional backend's runs; `make test`: its errors, tests/unit/test_deepspeed.py
 def test_resumed_worker_continues_the_optimizer_and_schedule(worker_runs, torch_path):
     root, _, m = worker_runs
     weights, metrics = torch_path[1]
@@ -133,6 +135,7 @@ def test_resumed_worker_continues_the_optimizer_and_schedule(worker_runs, torch_
     assert m["resumed"]["lr"] < m["one"]["lr"]  # the cosine schedule went on, not restarted
 
 
+@pytest.mark.full  # the optional backend's runs; `make test`: its errors, tests/unit/test_deepspeed.py
 def test_two_processes_give_the_one_process_update(worker_runs):
     """Same update within fp32 noise. Adam divides by sqrt(v) + 1e-8, so an element whose
     gradient is a near-total cancellation (|g| ~ 1e-8) moves by a different fraction of lr
@@ -176,6 +179,7 @@ def _float32_only(path: Path) -> bool:
         return all(f.get_slice(k).get_dtype() == "F32" for k in f.keys())
 
 
+@pytest.mark.full  # the optional backend's runs; `make test`: its errors, tests/unit/test_deepspeed.py
 def test_train_flow_with_deepspeed_survives_a_kill_and_prunes(tmp_path, prefect_api, tiny_model_dir):
     args = ["train", "--config", SMOKE, "--runs-dir", str(tmp_path), "--run-name", "ds",
             *_tiny(tiny_model_dir)]

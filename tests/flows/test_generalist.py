@@ -33,6 +33,7 @@ def test_mars_presets_hold_the_paper_settings(preset):
         assert cfg.rollout.games == (preset,) and not cfg.rewards.game_scale
 
 
+@pytest.mark.full  # `make test`: the presets above and several games a run (tests/flows/test_mindgames.py)
 def test_generalist_trains_on_three_games_in_one_run(tmp_path, prefect_api, tiny_model_dir):
     rc = main(["train", "--config", GENERALIST, "--runs-dir", str(tmp_path), "--set",
                f"model.path={tiny_model_dir}", "--set", "model.max_context_tokens=1024",

@@ -12,6 +12,7 @@ from mars_core.run.layout import EVALUATE, GENERATE_ROLLOUTS, METRICS_FILE, stag
 from tests.flows.test_overlap import SMOKE, _gap, _sets, _train
 
 
+@pytest.mark.full  # an optional speed-up of play; `make test`: its refusals below
 def test_int8_samples_the_training_games_only(tmp_path, prefect_api, tiny_model_dir,
                                               monkeypatch):
     quantized = []

@@ -16,7 +16,7 @@ SMOKE = str(REPO / "configs/smoke.yaml")
 
 
 # bf16: the update holds its frozen weights in bf16 and merges into the fp32 start read again
-@pytest.mark.parametrize("bf16", ["off", "on"])
+@pytest.mark.parametrize("bf16", [pytest.param("off", marks=pytest.mark.full), "on"])  # `make test`: bf16 on
 def test_lora_run_trains_the_adapter_and_publishes_merged_weights(tmp_path, prefect_api,
                                                                   tiny_model_dir, bf16):
     sets = [f"model.path={tiny_model_dir}", f"model.bf16={bf16}", "model.max_context_tokens=1024",

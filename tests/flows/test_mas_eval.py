@@ -19,6 +19,7 @@ SYSTEM_CALLS = {"single": (1, 1), "mad": (3, 10), "autogen": (1, 5)}
 BENCHMARKS = tuple(SHIPPED) if FULL else ("gsm8k", "aqua")
 
 
+@pytest.mark.full  # `make test`: the systems through the CLI on GPQA and lm-eval below
 @pytest.mark.benchmarks()
 def test_every_system_on_every_benchmark_with_the_embedded_model(
         tmp_path, prefect_api, embedded_dir, tiny_model_dir, capsys, monkeypatch):

@@ -95,6 +95,7 @@ def test_a_missing_package_is_one_line_naming_it_and_the_other_steps_run(tmp_pat
     assert "missing package: pydantic" in (tmp_path / "gpu_check.md").read_text()
 
 
+@pytest.mark.full  # `make test`: the dry run of every step above
 def test_a_step_past_the_deadline_is_stopped_and_the_files_are_still_written(tmp_path):
     """A step that hangs (a compile that never ends) is stopped at --deadline; no later step
     starts, and the files say so. The deadline counts from the script's start, imports

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from tasks.artifacts import Progress, flush_logs, publish_markdown, publish_tabl
 from tasks.policies import initial_policy
 from tasks.stage_runner import check_finished_stages
 from tasks.vllm_launch import shutdown_engines
-from tasks.estimate import estimate_line
+from tasks.estimate import estimate_line, refined_line, warmup_seconds
 from tasks.strength import (closing_lines, compare_start_final, evaluate, evaluation_records,
                             learning_curve)
 from tasks.paths import lock_run_dir, prepare_run_dir, run_dir_for, unlock_run_dir
@@ -110,7 +111,12 @@ def _iterations(run_dir: str, cfg) -> dict:
     """The run's stages in the order of `mars_core.run.layout.STAGES` (init, each iteration, final);
     each task skips its stage when the stage's folder is already committed (a resume)."""
     name = Path(run_dir).name
+    expected, started = warmup_seconds(cfg, Path(run_dir)), time.monotonic()
     prepare_policy(run_dir)
+    if expected:  # the estimate again, at the pace the warm-up ran
+        refined = refined_line(cfg, Path(run_dir), expected, time.monotonic() - started)
+        if refined:
+            print(refined)
     every = cfg.evaluation.every
     if every and cfg.evaluation.at_start:
         start = initial_policy(run_dir, INIT, reader=EVALUATE)

@@ -145,16 +145,15 @@ def measured_shape(cfg) -> str | None:
     return game
 
 
-def estimate_line(cfg, run_dir: Path) -> str | None:
-    """One line: the time the run has left on this CPU and the calibration it comes from; None
-    where there is nothing to estimate (a CUDA device, the test suite's MARS_BF16_AUTO, a
-    finished run, a run of another shape than the demo's)."""
+def _plan(cfg, run_dir: Path) -> tuple[dict, dict, dict, dict] | None:
+    """(reference, work left, block seconds, precision chosen) per phase, or None where there is
+    nothing to estimate (a CUDA device, the test suite's MARS_BF16_AUTO, a finished run, a run of
+    another shape than the measured ones)."""
     import torch
 
     shape = measured_shape(cfg)
     if torch.cuda.is_available() or os.environ.get("MARS_BF16_AUTO") or shape is None:
         return None
-    reference = REFERENCES[shape]
     work = remaining_work(cfg, run_dir)
     if not any(work.values()):
         return None
@@ -162,8 +161,49 @@ def estimate_line(cfg, run_dir: Path) -> str | None:
     for phase in precision.PHASES:
         block[phase], bf16 = _block_s(cfg.model.bf16, phase)
         chosen[phase] = "bf16" if bf16 else "fp32"
+    return REFERENCES[shape], work, block, chosen
+
+
+def estimate_line(cfg, run_dir: Path) -> str | None:
+    """One line: the time the run has left on this CPU and the calibration it comes from; None
+    where there is nothing to estimate (`_plan`)."""
+    plan = _plan(cfg, run_dir)
+    if plan is None:
+        return None
+    reference, work, block, chosen = plan
     speed = " ".join(f"{phase} {chosen[phase]} {reference['block_s'][phase] / block[phase]:.2f}x"
                      for phase in precision.PHASES)
     return (f"estimate: about {duration(estimate_s(work, block, reference))} to go on this CPU "
             f"(its calibration against {reference['cpu']}, where this shape was measured: "
             f"{speed}; rough, more under other load)")
+
+
+# the work of the first stage (prepare_policy): the conversion, the warm-up and its probe games
+WARMUP_WORK = ("conversion", "warmup_example", "probe_game")
+RESCALE = (0.25, 4.0)  # the most the warm-up's own pace moves the estimate of the rest
+
+
+def warmup_seconds(cfg, run_dir: Path) -> float | None:
+    """The seconds the estimate gives the first stage, before it runs; None where there is no
+    estimate or no such stage left (a resumed run)."""
+    plan = _plan(cfg, run_dir)
+    if plan is None:
+        return None
+    reference, work, block, _ = plan
+    s = estimate_s({k: work[k] for k in WARMUP_WORK}, block, reference)
+    return s if s > 0 else None
+
+
+def refined_line(cfg, run_dir: Path, expected_s: float, took_s: float) -> str | None:
+    """After the first stage: the rest of the run priced again at the pace that stage ran
+    (`took_s` against the `expected_s` estimated), which is this machine's speed now, not the
+    calibration block's. The block can misjudge it: on one day it read 2.7x slower than the
+    reference while the run itself went 2x slower (docs/getting-started.md)."""
+    plan = _plan(cfg, run_dir)
+    if plan is None or expected_s <= 0:
+        return None
+    reference, work, block, _ = plan
+    pace = min(max(took_s / expected_s, RESCALE[0]), RESCALE[1])
+    rest = estimate_s(work, block, reference) * pace
+    return (f"estimate: about {duration(rest)} to go (the warm-up took {took_s:.0f} s where "
+            f"{expected_s:.0f} s were estimated: the rest of the run is priced at that pace)")

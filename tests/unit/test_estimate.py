@@ -102,3 +102,29 @@ def test_the_line_comes_from_the_calibration(tmp_path, monkeypatch):
                                                (115 * 60, "1 h 55 min"), (3600, "1 h 00 min")])
 def test_duration(seconds, text):
     assert estimate.duration(seconds) == text
+
+
+def test_after_the_warm_up_the_rest_is_priced_at_its_pace(tmp_path, monkeypatch):
+    """The calibration block can misjudge this machine's speed now: once the warm-up has run,
+    the rest of the run is priced again at the pace the warm-up went against its estimate
+    (bounded: RESCALE)."""
+    monkeypatch.delenv("MARS_BF16_AUTO")
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    kuhn = estimate.REFERENCES["kuhn_poker"]
+    monkeypatch.setattr(precision, "calibration", lambda phase: precision.Calibration(
+        phase, fp32_s=2 * kuhn["block_s"][phase], bf16_s=kuhn["block_s"][phase]))
+    demo, run = load_config(DEMO, []), tmp_path / "demo"
+    expected = estimate.warmup_seconds(demo, run)
+    assert expected == pytest.approx(kuhn["conversion"] + 96 * kuhn["warmup_example"]
+                                     + 16 * kuhn["probe_game"])
+    _finish(stage_dir(run, INIT, PREPARE_POLICY))
+    assert estimate.warmup_seconds(demo, run) is None  # resumed: no warm-up left to time
+    rest = estimate.estimate_s(estimate.remaining_work(demo, run), kuhn["block_s"], kuhn)
+    for took, pace in ((expected, 1.0), (2 * expected, 2.0), (0.5 * expected, 0.5),
+                       (100 * expected, estimate.RESCALE[1])):
+        line = estimate.refined_line(demo, run, expected, took)
+        assert line.startswith(f"estimate: about {estimate.duration(rest * pace)} to go")
+        assert f"the warm-up took {took:.0f} s where {expected:.0f} s" in line
+    monkeypatch.setenv("MARS_BF16_AUTO", "off")
+    assert estimate.refined_line(demo, run, expected, expected) is None

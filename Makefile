@@ -147,8 +147,8 @@ test-faults: setup
 	MARS_FAULTS_FULL=1 MARS_TEST_FULL=1 MARS_FUZZ_N=10000 $(PY) -m pytest -q -p no:cacheprovider -s tests/faults
 
 # The two-node Ray cluster suite whole (sharded rollouts, evaluation and benchmarks, bf16 play, the
-# overlap across nodes; about 15 min on 2 cores): `make test` runs its in-process shards, its
-# one-line refusals and one two-node sharded run.
+# overlap across nodes, the refusal of a cluster that wants its token; about 15 min on 2 cores):
+# `make test` runs its in-process shards, two one-line refusals and one two-node sharded run.
 test-cluster: setup
 	MARS_TEST_FULL=1 $(PY) -m pytest -q -p no:cacheprovider tests/cluster
 

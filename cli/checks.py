@@ -66,9 +66,9 @@ def check_prefect_server(address: str) -> None:
                           "PREFECT_API_URL")
 
 
-def check_preset(preset: str, overlays, overrides, run_dir: Path) -> None:
+def check_preset(preset: str, overlays, overrides, run_dir: Path):
     """A training preset (with its overlays and overrides) that loads, a model that exists, a
-    cluster that answers, and a run folder the run may use."""
+    cluster that answers, and a run folder the run may use; returns the config."""
     from mars_core.config import load_config
     from mars_core.models.weights import check_model_folder, resolve_model
     from tasks.paths import check_run_dir, lock_run_dir
@@ -80,6 +80,7 @@ def check_preset(preset: str, overlays, overrides, run_dir: Path) -> None:
     if run_dir.is_dir():  # a run to resume: held by this process until it exits (the flow
         lock_run_dir(run_dir)  # re-enters the lock); a new run's folder is the flow's to make
     check_run_dir(run_dir, cfg)
+    return cfg
 
 
 def check_out(path: str | None, flag: str = "--out") -> None:

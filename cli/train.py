@@ -24,7 +24,10 @@ def check(args: argparse.Namespace) -> None:
     given = args.run_name is not None
     name = args.run_name if given else Path(args.config).stem
     check_run_name(name, "--run-name" if given else "the preset's file name (give --run-name)")
-    check_preset(args.config, args.overlays, args.overrides, Path(args.runs_dir) / name)
+    cfg = check_preset(args.config, args.overlays, args.overrides, Path(args.runs_dir) / name)
+    from tasks.estimate import calibrate_before_servers
+
+    calibrate_before_servers(cfg)  # before Prefect's temporary server starts beside it
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -58,6 +58,7 @@ def test_ray_with_prefects_temporary_server_is_refused_naming_prefect_api_url(tm
     assert not (tmp_path / "runs").exists() and not list(tmp_path.rglob("mlflow.db"))
 
 
+@pytest.mark.full  # `make test`: the two one-line refusals above; a Ray cluster: test_ray_cluster
 def test_a_ray_cluster_that_wants_its_token_is_one_line(tmp_path, prefect_api):
     with two_node_cluster(nodes=1, token=secrets.token_hex(32)) as address:
         env = run_env(prefect_api)

@@ -1,7 +1,8 @@
 """The production path, end to end on the embedded model (CPU): a real Prefect server as
 `mars services` runs it (its API auth string exported to the CLI and the worker), the work
 pool, `prefect deploy --all` from prefect.yaml, a worker, and a run of the smoke deployment
-started through the API the way the UI's Run button does (parameters edited: `runs_dir`).
+started through the API the way the UI's Run button does (parameters edited: `runs_dir` and
+two overrides).
 The run tracks to a real `mlflow server` over HTTP; the registered model is then served by
 `mlflow models serve` and answers a chat request.
 
@@ -41,6 +42,9 @@ EXPECTED = [
     f"time/{COMPUTE_ADVANTAGES}", f"time/{SAVE_CHECKPOINT}", "warmup/invalid_rate_before",
     "eval/tic_tac_toe/seat0_win_rate", "eval/tic_tac_toe/seat1_ci95",
 ]
+# Edited in the run's parameters as a user edits them in the UI: half the smoke preset's games
+# and warm-up steps (its update, a full fine-tune in fp32 here, was 123 of its 276 s)
+OVERRIDES = ["rollout.episodes_per_iteration=2", "warmup.steps=2"]
 # The Prefect artifacts of a smoke run (flows/train.py): key -> type
 ARTIFACTS = {"smoke-iterations": "progress", "smoke-evaluation": "table",
              "smoke-learning-curve": "table", "smoke-summary": "markdown"}
@@ -112,7 +116,7 @@ def deployed(servers, cli_env) -> dict:
 @pytest.fixture(scope="module")
 def smoke_run(root, servers, deployed, embedded_dir):
     """A worker, and one run of `mars-train/smoke` created as the UI's Run button creates it
-    (parameters edited: runs_dir in a temporary folder), waited for until it ends."""
+    (parameters edited: runs_dir in a temporary folder, `OVERRIDES`), waited for until it ends."""
     prefect, mlflow = servers
     runs = root / "runs"
     env = {**os.environ, **prefect.client_env(), "MLFLOW_TRACKING_URI": mlflow.url,
@@ -125,7 +129,7 @@ def smoke_run(root, servers, deployed, embedded_dir):
         async def start(client):
             dep = await client.read_deployment_by_name("mars-train/smoke")
             return await client.create_flow_run_from_deployment(
-                dep.id, parameters={"runs_dir": str(runs)})
+                dep.id, parameters={"runs_dir": str(runs), "overrides": OVERRIDES})
 
         run = _call(prefect.api_url, start)
         end = time.time() + RUN_TIMEOUT_S
@@ -200,7 +204,7 @@ def test_the_prefect_ui_is_served(servers):
 def test_smoke_deployment_run_completes_in_its_runs_dir(smoke_run, servers):
     run, runs = smoke_run
     assert run.parameters == {"config": "configs/smoke.yaml", "run_name": "smoke",
-                              "runs_dir": str(runs)}
+                              "runs_dir": str(runs), "overrides": OVERRIDES}
     assert (runs / "smoke" / "registered.json").is_file()
     done = "complete: model 'mars-smoke' version 1 has the alias 'candidate'"
     log = _flow_run_log(servers[0].api_url, run.id, until=done)  # the last line logged

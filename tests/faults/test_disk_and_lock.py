@@ -67,7 +67,10 @@ def test_disk_full_during_a_checkpoint_write(tmp_path, small_disk, tiny_model_di
 
 def test_a_second_process_on_the_same_run_is_refused(tmp_path, tiny_model_dir, prefect_api):
     runs, flag = tmp_path / "runs", tmp_path / "flag"
-    args = train_args(runs, "twice", tiny_model_dir)
+    # one iteration, no evaluations: the lock is taken before any of them (and the first run's
+    # end is all that is checked after the refusal)
+    args = train_args(runs, "twice", tiny_model_dir, "--set", "run.iterations=1",
+                      "--set", "evaluation.every=0", "--set", "evaluation.at_start=false")
     first = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=run_env(prefect_api,
                                                     MARS_FAULT_WAIT=f"mid:{PREPARE_POLICY}:{INIT}",

@@ -2,6 +2,8 @@
 (tasks/estimate.py): what is left of the run's work, scaled by the block times measured."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mars_core.config import load_config
@@ -128,3 +130,22 @@ def test_after_the_warm_up_the_rest_is_priced_at_its_pace(tmp_path, monkeypatch)
         assert f"the warm-up took {took:.0f} s where {expected:.0f} s" in line
     monkeypatch.setenv("MARS_BF16_AUTO", "off")
     assert estimate.refined_line(demo, run, expected, expected) is None
+
+
+def test_mars_train_calibrates_before_its_servers_start(tmp_path, monkeypatch):
+    """The calibration is measured (and cached) in `mars train`'s checks, before Prefect's
+    temporary server starts beside it; the test suite's MARS_BF16_AUTO measures nothing."""
+    import argparse
+
+    from cli import train
+
+    monkeypatch.setenv("MARS_CACHE_DIR", str(tmp_path / "cache"))
+    args = argparse.Namespace(config=str(DEMO), overlays=[], overrides=[],
+                              runs_dir=str(tmp_path / "runs"), run_name="demo")
+    train.check(args)  # MARS_BF16_AUTO=off (tests/conftest.py)
+    assert not precision.cache_file().exists()
+    monkeypatch.delenv("MARS_BF16_AUTO")
+    train.check(args)
+    cached = json.loads(precision.cache_file().read_text())[precision.machine_key()]
+    assert set(cached) == set(precision.PHASES)
+    assert all(cached[p]["fp32_s"] > 0 and cached[p]["bf16_s"] > 0 for p in precision.PHASES)

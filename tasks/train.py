@@ -14,6 +14,7 @@ from mars_core.run.checkpoint import (DEEPSPEED_STATE, ESTIMATOR_STATE, TRAINER_
                                       save_estimator_state, save_model, save_trainer_state,
                                       share_identical, write_checkpoint_manifest)
 from mars_core.models.manifest import MANIFEST, verify_folder
+from mars_core.models.prefix import gradient_checkpointing
 from mars_core.run.layout import (CHECKPOINT_FILE, COMPUTE_ADVANTAGES, FINAL, FINAL_MODEL, INIT,
                                   MODEL_DIR, OPTIMIZER_STEPS_FILE, POLICY_FILE, PREPARE_POLICY,
                                   SAMPLES_FILE,
@@ -92,10 +93,11 @@ def prepare_policy(run_dir: str) -> dict:
         model, tok = engine.model, engine.tokenizer
         examples = _warmup_examples(cfg, tok, w.steps * w.batch_size, seed)
         trained = lora.attach(model, w.lora) if w.lora.rank else model
-        losses = sft_steps(trained, examples, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-                           pad_id=tok.pad_token_id, seed=seed, bf16=use_bf16(cfg, "update"),
-                           share_prefix=cfg.model.share_prefix,
-                           micro_batch_size=w.micro_batch_size)
+        with gradient_checkpointing(trained, w.gradient_checkpointing):
+            losses = sft_steps(trained, examples, steps=w.steps, batch_size=w.batch_size,
+                               lr=w.lr, pad_id=tok.pad_token_id, seed=seed,
+                               bf16=use_bf16(cfg, "update"), share_prefix=cfg.model.share_prefix,
+                               micro_batch_size=w.micro_batch_size)
         if w.lora.rank:  # the adapter merged into the engine's own weights (in place)
             model = trained.merge_and_unload()
         release_memory()  # the warm-up's freed activations and optimizer state go back

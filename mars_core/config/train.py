@@ -275,6 +275,9 @@ class WarmupConfig(_Section):
     # examples per forward pass (gradient accumulation: the same step, the peak memory of one
     # micro-batch; a full fine-tune on 900-token prompts holds ~2 GB of activations per example)
     micro_batch_size: int = Field(2, ge=1)
+    # recompute the activations in backward (the same step, one more forward per micro-batch;
+    # for a full fine-tune on long prompts, the generalist's: docs/performance.md)
+    gradient_checkpointing: bool = False
     lr: float = Field(3e-5, gt=0)
     probe_games: int = Field(8, ge=0)  # self-play games to measure the invalid rate before/after
     # rank > 0: train a LoRA adapter and merge it into the saved start policy, instead of every

@@ -18,6 +18,7 @@ no prefix pays for itself runs as one left-padded forward, as before.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -240,6 +241,21 @@ def batch_forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *, logits_t
                 use_cache=use_cache, logits_to_keep=logits_to_keep)
     positions = torch.cat([p_pos.index_select(0, rows), s_pos], dim=1)
     return BatchOutput(out.logits, out.past_key_values if use_cache else None, mask, positions)
+
+
+@contextlib.contextmanager
+def gradient_checkpointing(model, enabled: bool):
+    """Gradient checkpointing on `model` for the block's training only (the model plays again
+    after it, with its KV cache)."""
+    enable_gradient_checkpointing(model, enabled)
+    try:
+        yield model
+    finally:
+        if enabled:
+            if hasattr(model, "activation_checkpointing_disable"):
+                model.activation_checkpointing_disable()
+            else:
+                model.gradient_checkpointing_disable()
 
 
 def enable_gradient_checkpointing(model, enabled: bool) -> None:

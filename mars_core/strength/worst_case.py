@@ -119,7 +119,8 @@ def worst_case_of(policy: Callable[[list[Position]], list[list[float]]], seat: i
 
 
 def read_worst_case(model, tokenizer, builder, *, temperature: float = 1.0, prune: float = 1e-3,
-                    autocast: bool = False, max_reads: int = 1500, chunk: int = 64) -> dict:
+                    autocast: bool = False, max_reads: int = 1500, chunk: int = 64,
+                    max_tokens: int | None = None) -> dict:
     """The language model's worst case in both seats, read in the layout of `builder` (a
     `PromptBuilder` that answers at once, one turn: as `exploitability.read_policy`):
     `seats` (each seat's `worst_case_of` figures) and `worst_case`, their mean, also as a
@@ -128,7 +129,8 @@ def read_worst_case(model, tokenizer, builder, *, temperature: float = 1.0, prun
 
     from mars_core.games.registry import make_game
     from mars_core.rollout.play import PREFILLS
-    from mars_core.strength.exploitability import answer_logprobs
+    from mars_core.strength.exploitability import (MAX_SCORED_TOKENS, answer_logprobs,
+                                                   scoring_chunks)
 
     if builder.prefill != PREFILLS["answer"] or builder.keep_history:
         raise ValueError("the worst case reads a policy that answers at once in one turn "
@@ -138,24 +140,23 @@ def read_worst_case(model, tokenizer, builder, *, temperature: float = 1.0, prun
     def policy(positions: list[Position]) -> list[list[float]]:
         from mars_core.games.openspiel_games import _Seeded
 
+        prompts = []
+        for p in positions:
+            seat = p.state.current_player()
+            view = _Seeded(p.state, random.Random(0))
+            prompts.append(builder.prompt_ids([
+                {"role": "system", "content": adapter.rules_for(seat, builder.style)},
+                {"role": "user", "content": adapter.observation_for(
+                    view, seat, list(p.moves_since), builder.style)}]))
+        answers = [[tokenizer.encode(a + "</answer>", add_special_tokens=False)
+                    for a in p.answers] for p in positions]
         out = []
-        for i in range(0, len(positions), chunk):
-            part = positions[i:i + chunk]
-            prompts = []
-            for p in part:
-                seat = p.state.current_player()
-                view = _Seeded(p.state, random.Random(0))
-                prompts.append(builder.prompt_ids([
-                    {"role": "system", "content": adapter.rules_for(seat, builder.style)},
-                    {"role": "user", "content": adapter.observation_for(
-                        view, seat, list(p.moves_since), builder.style)}]))
-            answers = [[tokenizer.encode(a + "</answer>", add_special_tokens=False)
-                        for a in p.answers] for p in part]
+        for r in scoring_chunks(prompts, answers, chunk, max_tokens or MAX_SCORED_TOKENS):
             with torch.no_grad():
-                lp = answer_logprobs(model, prompts, answers, tokenizer.pad_token_id, autocast,
-                                     temperature)
+                lp = answer_logprobs(model, prompts[r.start:r.stop], answers[r.start:r.stop],
+                                     tokenizer.pad_token_id, autocast, temperature)
             out += [torch.softmax(row[:len(p.actions)].double(), 0).tolist()
-                    for p, row in zip(part, lp)]
+                    for p, row in zip(positions[r.start:r.stop], lp)]
         return out
 
     seats = [worst_case_of(policy, s, prune, max_reads, builder.style != "compact")

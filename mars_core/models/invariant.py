@@ -2,7 +2,8 @@
 
 In bf16 the in-process engine's turns depended on their batch (issue 64: one process and three
 shards sampled different replies in 6 of 6 turns). Measured on an AMD EPYC with AVX512-BF16
-(`bench/invariance_bench.py` has the checks), three things made a row depend on the others:
+(`bench/invariance_bench.py` has the checks), three things made a row depend on the others, and
+an Intel Xeon with AMX showed a fourth:
 
 1. **Attention over padding.** Rows of a batch are left-padded to the longest; the padded keys
    get no weight, but the attention kernel's reductions run over a longer, shifted key axis, so
@@ -13,7 +14,11 @@ shards sampled different replies in 6 of 6 turns). Measured on an AMD EPYC with 
 3. **A one-row matrix product.** A linear layer's bf16 product on a single row (M = 1: the last
    row of a batch still decoding, a row alone) takes another kernel than on two or more rows,
    whose sums differ in the last bit (seen at K = 1,536, the MLP's down projection); from two
-   rows up every M gave the same bits (M = 2 ... 512, every layer's shape).
+   rows up every M gave the same bits there (M = 2 ... 512, every layer's shape).
+4. **A product on more than 32 rows**, on an Intel Xeon with AMX: there every M from 1 to 32
+   gave each row the same bits, and from 33 rows up the bf16 kernel changes (1 to 60 of the
+   rows off in the last bits, every layer shape of the embedded model; the prefill of a batch
+   runs thousands of rows).
 
 So batch-invariant mode:
 1. computes each row's attention on that row's own keys (padding removed), with the causal
@@ -22,10 +27,13 @@ So batch-invariant mode:
 2. takes each row's shared prefix from the row alone: its first turn, through the first
    end-of-turn token (a chat prompt's system message: the game's rules; `first_turn`), computed
    alone and cached as before, so rows with the same rules still share it;
-3. runs a linear layer's one-row product on two rows (the row twice) and keeps the first.
+3. runs a linear layer's one-row product on two rows (the row twice) and keeps the first;
+4. inside the engine's calls, where this machine's products depend on their row count in the
+   engine's precision (`_rows_vary`, measured once), runs a product on more than `ROWS` (32)
+   rows in pieces of 2 to 32 rows, which both CPUs compute alike whatever their neighbours.
 
-Matrix products on two or more rows, norms, rotary embeddings and the sampling (each row's own
-generator) were already independent of the batch. The engine (`HFEngine(batch_invariant=True)`)
+Norms, rotary embeddings and the sampling (each row's own generator) were already independent
+of the batch. The engine (`HFEngine(batch_invariant=True)`)
 switches its model's attention only for its own calls (`invariant_attention`): the format
 warm-up trains the engine's model in place with the plain attention. A model with
 sliding-window attention is refused (the causal pattern above is the full one). What it costs
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
@@ -121,20 +130,50 @@ def register() -> None:
     _registered = True
 
 
-def _two_rows_in(module, args):
-    x = args[0]
-    if x.dim() >= 2 and x.numel() == x.shape[-1]:  # one row: run it twice
-        module._mars_one_row = True
-        return (torch.cat([x, x], dim=-2),) + tuple(args[1:])
-    module._mars_one_row = False
-    return None
+ROWS = 32  # the most rows a linear layer's product takes in one call in invariant mode
+_chunking = 0  # > 0 inside `invariant_attention` (the engine's calls): products in pieces
 
 
-def _first_row_out(module, args, out):
-    if getattr(module, "_mars_one_row", False):
-        module._mars_one_row = False
-        return out.narrow(-2, 0, 1)
-    return None
+_varies: dict = {}  # (device type, dtype) -> whether its products depend on the row count
+
+
+def _rows_vary(x) -> bool:
+    """Whether this machine's products in `x`'s precision give a row other bits on more than
+    `ROWS` rows than in pieces of `ROWS` (measured once per device type and precision, on the
+    embedded model's two MLP shapes: yes on an Intel Xeon with AMX in bf16, no on an AMD EPYC)."""
+    device = x.device.type
+    dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+             else x.dtype)
+    key = (device, dtype)
+    if key not in _varies:
+        g = torch.Generator().manual_seed(0)
+        varies = False
+        for k, n in ((576, 1536), (1536, 576)):
+            a = torch.randn(3 * ROWS, k, generator=g).to(device=device, dtype=dtype)
+            w = torch.randn(n, k, generator=g).to(device=device, dtype=dtype)
+            whole = torch.nn.functional.linear(a, w)
+            pieces = torch.cat([torch.nn.functional.linear(p, w) for p in a.split(ROWS)])
+            varies = varies or not torch.equal(whole, pieces)
+        _varies[key] = varies
+    return _varies[key]
+
+
+def _invariant_linear(plain, x):
+    """`plain(x)` (a linear layer's own forward) with each row's bits independent of the others
+    (the module docstring, 3 and 4): one row runs as two, and inside the engine's calls more
+    than `ROWS` rows run in pieces of 2 to `ROWS` rows."""
+    if x.dim() < 2:
+        return plain(x)
+    rows = x.numel() // max(x.shape[-1], 1)
+    if rows == 1:  # one row: run it twice, keep the first
+        return plain(torch.cat([x, x], dim=-2)).narrow(-2, 0, 1)
+    if rows <= ROWS or not _chunking or not _rows_vary(x):
+        return plain(x)
+    sizes = [ROWS] * (rows // ROWS) + ([rows % ROWS] if rows % ROWS else [])
+    if sizes[-1] == 1:  # no piece of one row
+        sizes[-2:] = [ROWS - 1, 2]
+    out = torch.cat([plain(piece) for piece in x.reshape(rows, x.shape[-1]).split(sizes)])
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def unsupported(model) -> str | None:
@@ -161,8 +200,7 @@ def make_batch_invariant(model, switch: bool = True):
         model.set_attn_implementation(NAME)
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and not getattr(module, "_mars_invariant", False):
-            module.register_forward_pre_hook(_two_rows_in)
-            module.register_forward_hook(_first_row_out)
+            module.forward = partial(_invariant_linear, module.forward)
             module._mars_invariant = True
     return model
 
@@ -170,11 +208,14 @@ def make_batch_invariant(model, switch: bool = True):
 @contextmanager
 def invariant_attention(model):
     """`model`'s attention is `row_attention` inside the block, what it was after it."""
+    global _chunking
     before = model.config._attn_implementation
     model.set_attn_implementation(NAME)
+    _chunking += 1
     try:
         yield model
     finally:
+        _chunking -= 1
         model.set_attn_implementation(before)
 
 

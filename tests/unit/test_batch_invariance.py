@@ -144,3 +144,27 @@ def test_mars_check_says_what_reproduces(engine, bf16, setting, says):
 
     line = reproducible_line(engine, "on" if bf16 else "off", setting)
     assert line.startswith("reproducible: ") and says in line
+
+
+def test_a_product_on_many_rows_runs_in_pieces_of_two_to_32_rows(monkeypatch):
+    """Inside the engine's calls, where the machine's products depend on their row count, more
+    than 32 rows run in pieces of 2 to 32 rows (never one), and the result keeps its shape."""
+    from mars_core.models import invariant
+
+    seen = []
+
+    def plain(x):
+        seen.append(x.shape[0] if x.dim() == 2 else x.shape[-2])
+        return x @ torch.ones(x.shape[-1], 3)
+
+    monkeypatch.setattr(invariant, "_rows_vary", lambda x: True)
+    x = torch.randn(5, 13, 4)  # 65 rows
+    assert torch.equal(invariant._invariant_linear(plain, x), plain(x))  # outside: one call
+    monkeypatch.setattr(invariant, "_chunking", 1)
+    seen.clear()
+    out = invariant._invariant_linear(plain, x)
+    assert seen == [32, 31, 2] and out.shape == (5, 13, 3)
+    assert torch.allclose(out, x @ torch.ones(4, 3))
+    seen.clear()
+    invariant._invariant_linear(plain, torch.randn(1, 1, 4))  # one row: run as two
+    assert seen == [2]

@@ -140,7 +140,8 @@ _varies: dict = {}  # (device type, dtype) -> whether its products depend on the
 def _rows_vary(x) -> bool:
     """Whether this machine's products in `x`'s precision give a row other bits on more than
     `ROWS` rows than in pieces of `ROWS` (measured once per device type and precision, on the
-    embedded model's two MLP shapes: yes on an Intel Xeon with AMX in bf16, no on an AMD EPYC)."""
+    embedded model's two MLP shapes: yes on an Intel Xeon with AMX, in bf16 and fp32; expected
+    no in bf16 on the AMD EPYC, where products on 2 to 512 rows gave the same bits)."""
     device = x.device.type
     dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
              else x.dtype)
@@ -207,7 +208,8 @@ def make_batch_invariant(model, switch: bool = True):
 
 @contextmanager
 def invariant_attention(model):
-    """`model`'s attention is `row_attention` inside the block, what it was after it."""
+    """`model`'s attention is `row_attention` inside the block, what it was after it, and its
+    products on many rows run in pieces where the machine needs it (`_invariant_linear`)."""
     global _chunking
     before = model.config._attn_implementation
     model.set_attn_implementation(NAME)

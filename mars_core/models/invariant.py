@@ -173,13 +173,7 @@ def _invariant_linear(plain, x):
     sizes = [ROWS] * (rows // ROWS) + ([rows % ROWS] if rows % ROWS else [])
     if sizes[-1] == 1:  # no piece of one row
         sizes[-2:] = [ROWS - 1, 2]
-    out, at = None, 0
-    for piece in x.reshape(rows, x.shape[-1]).split(sizes):  # into one output: no second copy
-        got = plain(piece)
-        if out is None:
-            out = got.new_empty((rows, got.shape[-1]))
-        out[at:at + len(piece)] = got
-        at += len(piece)
+    out = torch.cat([plain(piece) for piece in x.reshape(rows, x.shape[-1]).split(sizes)])
     return out.view(*x.shape[:-1], out.shape[-1])
 
 

@@ -21,9 +21,17 @@ An interrupt whose KeyboardInterrupt is raised while the main thread runs a fina
 Python ("Exception ignored in ...") and the command would run on to its end. Such a swallowed
 interrupt is delivered again, as the same signal, a moment later (`_redeliver`, installed as
 `sys.unraisablehook`), until it reaches the command's code.
+
+An interrupt that lands inside Python's import machinery is put off the same way:
+a KeyboardInterrupt raised there, between taking a lock and the `try` that releases it, leaves
+the interpreter's import lock (or a module's) held by the main thread for good, and the next
+import in another thread (Prefect's event loop, where the command waits for its flow run's
+end) waits forever: the hang of test_signals' SIGHUP case in CI of stop 74, its loop thread
+stuck in `_get_module_lock`. `bench/interrupt_imports.py` shows the leak and its end.
 """
 from __future__ import annotations
 
+import _imp
 import contextlib
 import ctypes
 import _thread
@@ -45,9 +53,43 @@ REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by th
 _last = {"signal": signal.SIGINT, "settled": False}
 
 
+# the import machinery's own frames: an exception raised in one can leave a lock held
+IMPORT_MODULES = frozenset({"importlib._bootstrap", "importlib._bootstrap_external",
+                            "_frozen_importlib", "_frozen_importlib_external"})
+
+
+def _in_import(frame) -> bool:
+    """The main thread, interrupted at `frame`, is in the import machinery, or a thread holds
+    the interpreter's import lock (taken around every lookup of a module's lock)."""
+    if _imp.lock_held():
+        return True
+    return frame is not None and frame.f_globals.get("__name__") in IMPORT_MODULES
+
+
+def _nested(frame) -> bool:
+    """This handler is already running below `frame` (a second interrupt, handled while the
+    first one's handler runs): the first one raises or is put off, and stands for both."""
+    while frame is not None:
+        if frame.f_code is _as_ctrl_c.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _as_ctrl_c(signum, frame):
+    if _nested(frame):
+        return
     _last["signal"] = signum
+    if _in_import(frame):  # again after REDELIVER_S, until it lands outside
+        _later(_thread.interrupt_main, signum)
+        return
     raise KeyboardInterrupt
+
+
+def _later(call, *args) -> None:
+    timer = threading.Timer(REDELIVER_S, call, args)
+    timer.daemon = True  # never holds the exit
+    timer.start()
 
 
 def _redeliver(unraisable, previous=sys.unraisablehook) -> None:
@@ -56,11 +98,8 @@ def _redeliver(unraisable, previous=sys.unraisablehook) -> None:
     if not isinstance(unraisable.exc_value, KeyboardInterrupt):
         previous(unraisable)
         return
-    if _last["settled"]:
-        return
-    timer = threading.Timer(REDELIVER_S, _deliver_again)
-    timer.daemon = True  # never holds the exit
-    timer.start()
+    if not _last["settled"]:
+        _later(_deliver_again)
 
 
 def _deliver_again() -> None:
@@ -78,9 +117,10 @@ def settle() -> None:
 
 
 def handle_like_ctrl_c() -> None:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt in this process from now on (SIGINT does by
-    default), exit handlers included. One the process was started ignoring stays ignored
-    (`nohup mars ...` outlives its terminal); a no-op outside the main thread (no signals
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in this process from now on, as SIGINT
+    does, exit handlers included, and none of the three inside the import machinery. One the
+    process was started ignoring stays ignored (`nohup mars ...` outlives its terminal), and
+    a SIGINT handler of someone else's stays; a no-op outside the main thread (no signals
     there)."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -89,6 +129,8 @@ def handle_like_ctrl_c() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _as_ctrl_c)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _as_ctrl_c)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,8 @@ theirs. Linux only for the sampled part; elsewhere the high-water mark alone.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import resource
 import threading
@@ -68,17 +70,31 @@ class PeakRSS:
 
 def release_memory() -> None:
     """Hand freed memory back to the system: Python's cycles collected, then glibc's free
-    lists trimmed (`malloc_trim`: torch's CPU tensors come from malloc, and glibc keeps what a
-    stage freed, so the next stage's peak would stand on the last one's). Measured on the
-    demo: 0.84 GiB back after the warm-up (docs/performance.md). A no-op without glibc."""
-    import ctypes
+    lists trimmed (`trim_malloc`). Measured on the demo: 0.84 GiB back after the warm-up
+    (docs/performance.md)."""
     import gc
 
     gc.collect()
+    trim_malloc()
+
+
+@functools.cache
+def _malloc_trim():
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+def trim_malloc() -> None:
+    """glibc's free lists handed back to the system (`malloc_trim(0)`): torch's CPU tensors
+    come from malloc, and glibc keeps what was freed, so the next stage's peak, or the next
+    forward pass's, would stand on the last one's. An update calls it after each backward
+    pass and optimizer step (Blotto's update replayed: 4.54 -> 4.09 GiB at the same time,
+    docs/performance.md). A no-op without glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def memory_peaks(run: Path) -> dict[str, float]:

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from mars_core.config import AlgorithmConfig, OptimConfig
 from mars_core.run.layout import COMPUTE_ADVANTAGES
+from mars_core.run.memory import trim_malloc
 from mars_core.training.losses import (aggregate_denominator, behaviour_metrics, importance_weights,
                                        ppo_objective)
 from mars_core.models.prefix import batch_forward, enable_gradient_checkpointing  # noqa: F401
@@ -36,9 +37,8 @@ class Sample:
     # the temperature the completion was sampled at: its log-probs are taken under the same
     # softmax(logits / temperature) the engine drew from (0, greedy: the untempered softmax)
     temperature: float = 1.0
-    # the log-prob of each completion token under the distribution the engine sampled it from
-    # (the behaviour policy); () when unknown (a scripted reply): the token then trains at
-    # importance weight 1
+    # each completion token's log-prob under the distribution the engine sampled it from (the
+    # behaviour policy); () when unknown (a scripted reply): importance weight 1
     behaviour: tuple[float, ...] = ()
 
 
@@ -207,21 +207,22 @@ METRIC_MAXES = ("ratio_max", "is_weight_max")  # maxima over chunks, ranks and s
 
 
 class TorchUpdater:
-    """The plain PyTorch optimizer step: clip the global gradient norm to `grad_clip`, step
-    the optimizer, then the LR scheduler. `step` returns (the norm before clipping, the lr the
-    step used)."""
+    """The plain PyTorch step: clip the gradient norm to `grad_clip`, step the optimizer and
+    the LR schedule (returns the norm before clipping, the lr); what each pass freed goes back."""
 
     def __init__(self, model, optimizer, scheduler, grad_clip: float):
         self.model, self.optimizer, self.scheduler, self.grad_clip = model, optimizer, scheduler, grad_clip
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+        trim_malloc()
 
     def step(self) -> tuple[float, float]:
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()
+        trim_malloc()
         return norm, lr
 
     def zero_grad(self) -> None:

@@ -62,6 +62,7 @@ def sft_steps(model, examples: list[tuple[list[int], list[int]]], *, steps: int,
     import torch
     from tqdm.auto import tqdm
 
+    from mars_core.run.memory import trim_malloc
     from mars_core.training.trainer import Forward, Sample, _chunks, sequence_logprobs
 
     rng = random.Random(seed)
@@ -78,9 +79,11 @@ def sft_steps(model, examples: list[tuple[list[int], list[int]]], *, steps: int,
             logp, mask = sequence_logprobs(model, chunk, fwd)
             loss = -((logp * mask).sum(-1) / mask.sum(-1)).sum() / len(batch)
             loss.backward()
+            trim_malloc()  # what the pass freed, back to the system before the next one
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        trim_malloc()
         losses.append(total)
     model.eval()
     return losses

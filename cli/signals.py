@@ -50,7 +50,7 @@ TEMPORARY_FACTORY = "cli.prefect_app:temporary_app"
 REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by then (or is retried)
 # the interrupt last received, to deliver again if swallowed; settled: the command has stopped
 # on one (`settle`), and a swallowed copy of it is not delivered again
-_last = {"signal": signal.SIGINT, "settled": False}
+_last = {"signal": signal.SIGINT, "settled": False, "stops": 0}
 
 
 # the import machinery's own frames: an exception raised in one can leave a lock held
@@ -81,9 +81,17 @@ def _as_ctrl_c(signum, frame):
         return
     _last["signal"] = signum
     if _in_import(frame):  # again after REDELIVER_S, until it lands outside
-        _later(_thread.interrupt_main, signum)
+        _later(_deliver_unless_stopped, signum, _last["stops"])
         return
     raise KeyboardInterrupt
+
+
+def _deliver_unless_stopped(signum, stops: int) -> None:
+    """An interrupt put off comes now, unless the command has stopped on one since (`settle`):
+    it would land in the exit (a copy delivered again by `_redeliver` and put off while the
+    command was stopping on the first one ended `mars train` by SIGINT instead of 130)."""
+    if _last["stops"] == stops:
+        _thread.interrupt_main(signum)
 
 
 def _later(call, *args) -> None:
@@ -114,6 +122,7 @@ def settle() -> None:
     SIGINT instead of 130 (a CI failure of `tests/e2e/test_signals.py`). A new signal still
     interrupts (a second Ctrl-C stops the temporary server at once)."""
     _last["settled"] = True
+    _last["stops"] += 1
 
 
 def handle_like_ctrl_c() -> None:

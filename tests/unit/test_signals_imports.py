@@ -152,3 +152,35 @@ def test_a_second_interrupt_while_the_handler_runs_does_not_raise_in_its_place()
     done = _run(code)
     assert done.stdout.splitlines() == ["handler returned", "interrupted 1 time(s), as SIGTERM"], \
         done.stderr
+
+
+def test_one_put_off_before_the_command_stopped_does_not_land_in_its_exit():
+    """Put off while the command was already stopping on an interrupt (a swallowed copy
+    delivered again, landing in an import of the crash report's), it is dropped once the
+    command has stopped (`settle`): it would land in the exit and end `mars train` by SIGINT
+    instead of 130. One that comes after the stop is still delivered."""
+    code = textwrap.dedent("""
+        import _imp, os, signal, time
+        from cli import signals
+        signals.handle_like_ctrl_c()
+
+        def put_off_then(stop):
+            _imp.acquire_lock()
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # handled here, put off: the lock is held
+                time.sleep(0.01)
+                if stop:
+                    signals.settle()  # the command stops on the interrupt it was handling
+            finally:
+                _imp.release_lock()
+            try:
+                for _ in range(50):  # short sleeps: a delivery lands between two
+                    time.sleep(0.01)
+                return "not delivered"
+            except KeyboardInterrupt:
+                return "delivered"
+
+        print(put_off_then(stop=True), put_off_then(stop=False))
+    """)
+    done = _run(code)
+    assert done.stdout.strip() == "not delivered delivered", done.stderr

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         command.module.check(args)
         if temporary:  # no Prefect server configured: Prefect's temporary one
             signals.start_temporary_server()
+        if command.prefect:  # its SIGTERM handler, while a flow runs: not inside an import
+            signals.guard_prefect()
         result = command.module.run(args)
     except KeyboardInterrupt:
         return _interrupted(command)

@@ -27,7 +27,8 @@ a KeyboardInterrupt raised there, between taking a lock and the `try` that relea
 the interpreter's import lock (or a module's) held by the main thread for good, and the next
 import in another thread (Prefect's event loop, where the command waits for its flow run's
 end) waits forever: the hang of test_signals' SIGHUP case in CI of stop 74, its loop thread
-stuck in `_get_module_lock`. `bench/interrupt_imports.py` shows the leak and its end.
+stuck in `_get_module_lock`. Prefect's own SIGTERM handler, installed while a flow runs, is
+guarded the same way (`guard_prefect`). `bench/interrupt_imports.py` shows the leak and its end.
 """
 from __future__ import annotations
 
@@ -66,24 +67,51 @@ def _in_import(frame) -> bool:
     return frame is not None and frame.f_globals.get("__name__") in IMPORT_MODULES
 
 
+def import_safe(handler):
+    """`handler` (a signal handler that raises) run only outside the import machinery: landing
+    inside it, the signal comes again after REDELIVER_S, until it lands outside; landing while
+    a guarded handler is already running (a second interrupt), it is dropped: the first one
+    raises or is put off, and stands for both."""
+    def guarded(signum, frame):
+        if _nested(frame):
+            return None
+        if _in_import(frame):
+            _later(_deliver_unless_stopped, signum, _last["stops"])
+            return None
+        return handler(signum, frame)
+
+    guarded.unguarded = handler
+    return guarded
+
+
 def _nested(frame) -> bool:
-    """This handler is already running below `frame` (a second interrupt, handled while the
-    first one's handler runs): the first one raises or is put off, and stands for both."""
     while frame is not None:
-        if frame.f_code is _as_ctrl_c.__code__:
+        if frame.f_code is _GUARDED:
             return True
         frame = frame.f_back
     return False
 
 
-def _as_ctrl_c(signum, frame):
-    if _nested(frame):
-        return
+def _raise_ctrl_c(signum, frame):
     _last["signal"] = signum
-    if _in_import(frame):  # again after REDELIVER_S, until it lands outside
-        _later(_deliver_unless_stopped, signum, _last["stops"])
-        return
     raise KeyboardInterrupt
+
+
+_as_ctrl_c = import_safe(_raise_ctrl_c)
+_GUARDED = _as_ctrl_c.__code__
+
+
+def guard_prefect() -> None:
+    """Prefect's own SIGTERM handler, which raises its TerminationSignal wherever it lands while
+    a flow runs (`prefect.utilities.engine.capture_sigterm` installs it), made `import_safe`
+    too: it left the import lock held as Python's way does, and `mars train` sent SIGTERM hung
+    in Prefect's crash report (looped runs of test_signals' SIGTERM case). `capture_sigterm`
+    reads the handler from its module, so the guarded one is what it installs and recognises."""
+    from prefect.utilities import engine
+
+    handler = getattr(engine, "_prefect_sigterm_handler", None)
+    if handler is not None and not hasattr(handler, "unguarded"):
+        engine._prefect_sigterm_handler = import_safe(handler)
 
 
 def _deliver_unless_stopped(signum, stops: int) -> None:

@@ -184,3 +184,40 @@ def test_one_put_off_before_the_command_stopped_does_not_land_in_its_exit():
     """)
     done = _run(code)
     assert done.stdout.strip() == "not delivered delivered", done.stderr
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_prefects_sigterm_handler_during_a_flow_waits_for_the_import_lock_too(guarded):
+    """While a flow runs, SIGTERM goes to Prefect's handler (`capture_sigterm`), which raises
+    its TerminationSignal where it lands; guarded (`guard_prefect`, as every mars command that
+    runs flows does), it waits for the lock's release like ours; unguarded (the premise), it
+    raises while the lock is held (looped runs of test_signals' SIGTERM case hung on it)."""
+    code = textwrap.dedent("""
+        import _imp, os, signal, time
+        from cli import signals
+        from prefect.utilities.engine import capture_sigterm
+        signals.handle_like_ctrl_c()
+        GUARD
+        try:
+            with capture_sigterm():
+                _imp.acquire_lock()
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    for _ in range(30):
+                        time.sleep(0.01)
+                except BaseException as e:
+                    print(f"{type(e).__name__} while the lock was held", flush=True)
+                    raise
+                finally:
+                    _imp.release_lock()
+                print("released", flush=True)
+                for _ in range(300):
+                    time.sleep(0.01)
+        except BaseException as e:
+            print(f"stopped: {type(e).__name__}")
+    """).replace("GUARD", "signals.guard_prefect()" if guarded else "")
+    done = _run(code)
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == (["released"] if guarded else
+                          ["TerminationSignal while the lock was held"]), done.stderr
+    assert lines[-1] in ("stopped: TerminationSignal", "stopped: KeyboardInterrupt"), done.stderr

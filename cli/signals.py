@@ -22,12 +22,13 @@ Python ("Exception ignored in ...") and the command would run on to its end. Suc
 interrupt is delivered again, as the same signal, a moment later (`_redeliver`, installed as
 `sys.unraisablehook`), until it reaches the command's code.
 
-An interrupt that lands inside Python's import machinery is put off the same way:
-a KeyboardInterrupt raised there, between taking a lock and the `try` that releases it, leaves
-the interpreter's import lock (or a module's) held by the main thread for good, and the next
-import in another thread (Prefect's event loop, where the command waits for its flow run's
-end) waits forever: the hang of test_signals' SIGHUP case in CI of stop 74, its loop thread
-stuck in `_get_module_lock`. Prefect's own SIGTERM handler, installed while a flow runs, is
+An interrupt that lands inside an import (Python's import machinery, or a module's body it
+runs) is put off the same way, until the import is done. A KeyboardInterrupt raised between
+the machinery taking a lock and the `try` that releases it leaves the interpreter's import
+lock (or a module's) held by the main thread for good, and the next import in another thread
+(Prefect's event loop, where the command waits for its flow run's end) waits forever: the hang
+of test_signals' SIGHUP case in CI of stop 74, its loop thread stuck in `_get_module_lock`.
+One raised in a module's body leaves it half made. Prefect's own SIGTERM handler, installed while a flow runs, is
 guarded the same way (`guard_prefect`). `bench/interrupt_imports.py` shows the leak and its end.
 """
 from __future__ import annotations
@@ -60,16 +61,23 @@ IMPORT_MODULES = frozenset({"importlib._bootstrap", "importlib._bootstrap_extern
 
 
 def _in_import(frame) -> bool:
-    """The main thread, interrupted at `frame`, is in the import machinery, or a thread holds
-    the interpreter's import lock (taken around every lookup of a module's lock)."""
+    """The main thread, interrupted at `frame`, is importing a module (the import machinery
+    below `frame`: in its own code, or running the module's body), or a thread holds the
+    interpreter's import lock (taken around every lookup of a module's lock). A module whose
+    body was cut short is left half made, its side effects registered (SQLAlchemy's
+    `orm.instrumentation` cut so, twice, and `mars train` then ended by SIGINT, not 130)."""
     if _imp.lock_held():
         return True
-    return frame is not None and frame.f_globals.get("__name__") in IMPORT_MODULES
+    while frame is not None:
+        if frame.f_globals.get("__name__") in IMPORT_MODULES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def import_safe(handler):
-    """`handler` (a signal handler that raises) run only outside the import machinery: landing
-    inside it, the signal comes again after REDELIVER_S, until it lands outside; landing while
+    """`handler` (a signal handler that raises) run only outside an import: landing inside
+    one, the signal comes again after REDELIVER_S, until it lands outside; landing while
     a guarded handler is already running (a second interrupt), it is dropped: the first one
     raises or is put off, and stands for both."""
     def guarded(signum, frame):

@@ -221,3 +221,30 @@ def test_prefects_sigterm_handler_during_a_flow_waits_for_the_import_lock_too(gu
     assert lines[:-1] == (["released"] if guarded else
                           ["TerminationSignal while the lock was held"]), done.stderr
     assert lines[-1] in ("stopped: TerminationSignal", "stopped: KeyboardInterrupt"), done.stderr
+
+
+def test_an_interrupt_in_a_modules_body_waits_until_its_import_is_done(tmp_path):
+    """Landing in the body of a module being imported (outside importlib's own frames), the
+    interrupt waits until the import is done: the module is whole, and imported."""
+    (tmp_path / "slow_module.py").write_text(textwrap.dedent("""
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here, in the module's body
+        for _ in range(30):
+            time.sleep(0.01)
+        WHOLE = True
+    """))
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(tmp_path)!r})
+        from cli import signals
+        signals.handle_like_ctrl_c()
+        try:
+            import slow_module
+            for _ in range(100):
+                time.sleep(0.01)
+            print("never interrupted")
+        except KeyboardInterrupt:
+            print("interrupted, module whole:", getattr(sys.modules.get("slow_module"), "WHOLE", False))
+    """)
+    done = _run(code)
+    assert done.stdout.strip() == "interrupted, module whole: True", done.stderr

@@ -28,8 +28,9 @@ the machinery taking a lock and the `try` that releases it leaves the interprete
 lock (or a module's) held by the main thread for good, and the next import in another thread
 (Prefect's event loop, where the command waits for its flow run's end) waits forever: the hang
 of test_signals' SIGHUP case in CI of stop 74, its loop thread stuck in `_get_module_lock`.
-One raised in a module's body leaves it half made. Prefect's own SIGTERM handler, installed while a flow runs, is
-guarded the same way (`guard_prefect`). `bench/interrupt_imports.py` shows the leak and its end.
+One raised in a module's body leaves it half made. Prefect's own SIGTERM handler, installed
+while a flow runs, is guarded the same way (`guard_prefect`). `bench/interrupt_imports.py`
+shows the leak and its end.
 """
 from __future__ import annotations
 

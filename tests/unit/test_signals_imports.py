@@ -244,7 +244,8 @@ def test_an_interrupt_in_a_modules_body_waits_until_its_import_is_done(tmp_path)
                 time.sleep(0.01)
             print("never interrupted")
         except KeyboardInterrupt:
-            print("interrupted, module whole:", getattr(sys.modules.get("slow_module"), "WHOLE", False))
+            whole = getattr(sys.modules.get("slow_module"), "WHOLE", False)
+            print("interrupted, module whole:", whole)
     """)
     done = _run(code)
     assert done.stdout.strip() == "interrupted, module whole: True", done.stderr

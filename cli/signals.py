@@ -51,9 +51,9 @@ STOP_S = 120.0  # the temporary server's shutdown (its event backlog recorded) b
 PREFECT_FACTORY = "prefect.server.api.server:create_app"
 TEMPORARY_FACTORY = "cli.prefect_app:temporary_app"
 REDELIVER_S = 0.05  # a finalizer that swallowed an interrupt has returned by then (or is retried)
-# the interrupt last received, to deliver again if swallowed; settled: the command has stopped
-# on one (`settle`), and a swallowed copy of it is not delivered again
-_last = {"signal": signal.SIGINT, "settled": False, "stops": 0}
+# the interrupt last received, to deliver again if swallowed; stops: how many times the
+# command has stopped on one (`settle`): a copy scheduled before that is not delivered
+_last = {"signal": signal.SIGINT, "stops": 0}
 
 
 # the import machinery's own frames: an exception raised in one can leave a lock held
@@ -143,13 +143,8 @@ def _redeliver(unraisable, previous=sys.unraisablehook) -> None:
     if not isinstance(unraisable.exc_value, KeyboardInterrupt):
         previous(unraisable)
         return
-    if not _last["settled"]:
-        _later(_deliver_again)
-
-
-def _deliver_again() -> None:
-    if not _last["settled"]:
-        _thread.interrupt_main(_last["signal"])
+    if not _last["stops"]:
+        _later(_deliver_unless_stopped, _last["signal"], 0)
 
 
 def settle() -> None:
@@ -158,7 +153,6 @@ def settle() -> None:
     it) is not delivered again, where it would land in the exit itself and end the process by
     SIGINT instead of 130 (a CI failure of `tests/e2e/test_signals.py`). A new signal still
     interrupts (a second Ctrl-C stops the temporary server at once)."""
-    _last["settled"] = True
     _last["stops"] += 1
 
 
